@@ -1,0 +1,8 @@
+//! podunit: run Kubernetes Pods as native systemd units.
+//!
+//! The library holds everything the three programs share. The translation from a Pod to units is a
+//! pure function ([`translate`]); reading manifests, writing unit trees, talking to systemd and to the
+//! API server live at the edges, in their own modules.
+
+pub mod naming;
+pub mod paths;
