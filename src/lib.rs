@@ -6,3 +6,6 @@
 
 pub mod naming;
 pub mod paths;
+
+#[cfg(feature = "cli")]
+pub mod cli;
