@@ -9,3 +9,13 @@ pub mod paths;
 
 #[cfg(feature = "cli")]
 pub mod cli;
+pub mod diag;
+pub mod escape;
+pub mod generate;
+pub mod manifest;
+pub mod plan;
+pub mod prepare;
+pub mod quantity;
+pub mod translate;
+pub mod unit;
+pub mod validate;
