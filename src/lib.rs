@@ -4,6 +4,7 @@
 //! pure function ([`translate`]); reading manifests, writing unit trees, talking to systemd and to the
 //! API server live at the edges, in their own modules.
 
+pub mod escape;
 pub mod naming;
 pub mod paths;
 
