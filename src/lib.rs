@@ -11,7 +11,6 @@ pub mod paths;
 #[cfg(feature = "cli")]
 pub mod cli;
 pub mod diag;
-pub mod escape;
 pub mod generate;
 pub mod manifest;
 pub mod plan;
