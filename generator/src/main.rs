@@ -30,14 +30,17 @@ fn main() -> ExitCode {
     for p in &generated.problems {
         report(&p.to_string(), p.is_error());
     }
-    if let Err(e) = write_tree(&normal, &generated) {
+    let failed = write_tree(&normal, &generated);
+    for (pod, e) in &failed {
         report(
-            &format!("cannot write units to {}: {e}", normal.display()),
+            &format!(
+                "pod {pod}: cannot write its units to {}: {e}",
+                normal.display()
+            ),
             true,
         );
-        return ExitCode::FAILURE;
     }
-    if generated.has_errors() {
+    if generated.has_errors() || !failed.is_empty() {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
