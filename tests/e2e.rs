@@ -1230,3 +1230,28 @@ spec:
         },
     );
 }
+
+#[test]
+fn broken_manifest_at_boot_is_explained_in_that_boots_journal() {
+    let mut m = Machine::boot("broken-at-boot");
+    m.write(
+        "/etc/pods.d/good.yaml",
+        probe_pod("good", "boot-good", "sleep", "", "").as_bytes(),
+    );
+    m.write(
+        "/etc/pods.d/bad.yaml",
+        b"apiVersion: v1\nkind: Pod\nmetadata:\n  name: bad\nspec:\n  containers:\n  - name: Bad_Name\n    image: host\n    command: [\"/bin/true\"]\n",
+    );
+    // No reload: the generator first sees these manifests at boot, before journald runs.
+    m.reboot();
+    Probe::new(&m, "boot-good").wait_starts(1);
+    let journal = m.sh_ok("journalctl -b --no-pager -o cat");
+
+    assert!(
+        journal
+            .lines()
+            .any(|l| l.contains("bad.yaml") && l.contains("containers[0].name")),
+        "this boot's journal says why bad.yaml was skipped:\n{}",
+        m.diagnostics()
+    );
+}
