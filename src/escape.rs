@@ -24,6 +24,9 @@
 //!   in the executable rather than encoded two different ways.
 //! - Values without quoting ([`plain`], [`path`]) cannot hold control characters at all, lose
 //!   surrounding whitespace, and a trailing `\` would join the next line: all refused.
+//! - A Unicode noncharacter (U+FDD0..U+FDEF, U+xFFFE/U+xFFFF) anywhere in a line makes systemd
+//!   drop the line and fail the unit; `\u` escapes of them are refused too. Refused everywhere.
+//! - A first word `;` separates commands even when quoted: refused as an executable.
 //! - `Environment=` accepts only names matching `[A-Za-z_][A-Za-z0-9_]*` (others are dropped with a
 //!   warning), so they are refused here.
 //!
@@ -64,8 +67,8 @@ pub enum EscapeError {
     /// A control or line-break character in a value whose syntax has no escapes.
     ControlChar(char),
     /// A Unicode noncharacter (U+FDD0..U+FDEF, U+xFFFE, U+xFFFF): systemd calls such text
-    /// "not UTF-8 clean" and drops the whole line (or refuses the whole environment file), and it has
-    /// no escape for them.
+    /// "not UTF-8 clean" and drops the line, after which the unit fails to load (an environment
+    /// file is refused whole); no escape can write them.
     NonCharacter(char),
     /// Leading or trailing whitespace in a value whose syntax strips it.
     SurroundingWhitespace,

@@ -236,9 +236,8 @@ impl Drop for TempDir {
     }
 }
 
-/// Runs `systemd --test` on `unit` from `dir` and returns the dump; fails on any warning that
-/// names one of our files.
-fn systemd_test(dir: &Path, unit: &str) -> String {
+/// Runs `systemd --test` on `unit` from `dir`; returns the dump and the messages.
+fn systemd_test_raw(dir: &Path, unit: &str) -> (String, String) {
     let systemd = systemd_binary();
     let mut cmd = if running_as_root() {
         // systemd refuses test mode as root; drop to nobody.
@@ -253,12 +252,21 @@ fn systemd_test(dir: &Path, unit: &str) -> String {
         .env("SYSTEMD_UNIT_PATH", format!("{}:", dir.display()))
         .env("SYSTEMD_LOG_COLOR", "0");
     let out = cmd.output().expect("running systemd --test");
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(
         out.status.success(),
         "systemd --test failed: {}\n{stderr}",
         out.status
     );
+    (
+        String::from_utf8(out.stdout).expect("dump is UTF-8"),
+        stderr,
+    )
+}
+
+/// [`systemd_test_raw`], failing on any warning that names one of our files.
+fn systemd_test(dir: &Path, unit: &str) -> String {
+    let (dump, stderr) = systemd_test_raw(dir, unit);
     let ours: Vec<&str> = stderr
         .lines()
         .filter(|l| l.contains(&*dir.to_string_lossy()))
@@ -268,11 +276,20 @@ fn systemd_test(dir: &Path, unit: &str) -> String {
         "systemd warned about our units:\n{}",
         ours.join("\n")
     );
-    String::from_utf8(out.stdout).expect("dump is UTF-8")
+    dump
 }
 
-/// The dump of one unit, up to the next unit.
+/// The dump of one unit, up to the next unit; the unit must have loaded.
 fn unit_section<'a>(dump: &'a str, unit: &str) -> &'a str {
+    let section = any_unit_section(dump, unit);
+    assert!(
+        section.contains("\t\tUnit Load State: loaded\n"),
+        "{unit} did not load:\n{section}"
+    );
+    section
+}
+
+fn any_unit_section<'a>(dump: &'a str, unit: &str) -> &'a str {
     let head = format!("\t-> Unit {unit}:\n");
     let start = dump
         .find(&head)
@@ -280,12 +297,7 @@ fn unit_section<'a>(dump: &'a str, unit: &str) -> &'a str {
         + head.len();
     let rest = &dump[start..];
     let end = rest.find("\n\t-> Unit ").map_or(rest.len(), |e| e + 1);
-    let section = &rest[..end];
-    assert!(
-        section.contains("\t\tUnit Load State: loaded\n"),
-        "{unit} did not load:\n{section}"
-    );
-    section
+    &rest[..end]
 }
 
 /// Decodes one `Command Line:` of the dump (see the module comment).
@@ -881,4 +893,54 @@ fn reference_env_file_parser_matches_systemd() {
             "{text:?}"
         );
     }
+}
+
+/// The systemd behaviour behind the refusals in `escape` (see its module notes). If one of these
+/// changes, the corresponding refusal may be relaxed.
+#[test]
+fn systemd_behaviour_behind_the_refusals() {
+    let dir = TempDir::new("why");
+    dir.write(
+        "prefix.service",
+        "[Service]\nType=oneshot\n\
+         ExecStart=\"-/bin/echo\" \"a\"\n\
+         ExecStart=\"@/bin/echo\" \"b\"\n\
+         ExecStart=\"\\x2d/bin/echo\" \"c\"\n\
+         ExecStart=\";\" \"/bin/echo\" \"d\"\n",
+    );
+    // A noncharacter makes systemd drop the line, and the unit fails to load.
+    dir.write(
+        "nonchar.service",
+        "[Unit]\nDescription=a\u{fdd0}b\n[Service]\nExecStart=/bin/true\n",
+    );
+    // Specifiers are expanded after C-unescaping.
+    dir.write(
+        "specifier.service",
+        "[Service]\nEnvironment=\"A=\\x25n\"\nExecStart=\"/bin/echo\" \"\\x25n\"\n",
+    );
+    dir.write(
+        "all.target",
+        "[Unit]\nWants=prefix.service nonchar.service specifier.service\n",
+    );
+
+    let (dump, stderr) = systemd_test_raw(&dir.0, "all.target");
+
+    // Quoted or escaped, a leading - or @ is a prefix, and a first word ";" a separator.
+    let prefix = unit_section(&dump, "prefix.service");
+    assert_eq!(
+        lines_with_prefix(prefix, "\t\t\tCommand Line: "),
+        vec!["/bin/echo a", "b", "/bin/echo c", "/bin/echo d"]
+    );
+    assert!(stderr.contains("not UTF-8 clean"), "{stderr}");
+    let nonchar = any_unit_section(&dump, "nonchar.service");
+    assert!(!nonchar.contains("\t\tUnit Load State: loaded\n"));
+    let spec = unit_section(&dump, "specifier.service");
+    assert_eq!(
+        lines_with_prefix(spec, "\t\tEnvironment: "),
+        vec!["A=specifier.service"]
+    );
+    assert_eq!(
+        lines_with_prefix(spec, "\t\t\tCommand Line: "),
+        vec!["/bin/echo specifier.service"]
+    );
 }
