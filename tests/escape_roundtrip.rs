@@ -883,6 +883,7 @@ fn reference_env_file_parser_matches_systemd() {
         "A=1\nB = 2 \n  C=' x '\nD=\"a\\\"b\\nc\"\n#E=1\n;F=1\nG=a\\\nb\nH=a\\ \\  \nI=\"x\"'y'z\n",
         "export J=1\nK=\nL=\"\"\nM='\\'\nN=\"\\\n\"\nO=a#b\n",
         "P=\"multi\nline\r\nvalue\"\nQ=tab\there\n",
+        "R=1\nS=2\nR=3\n",
     ];
     for (i, text) in texts.iter().enumerate() {
         let file = dir.0.join(format!("ref{i}"));
