@@ -21,6 +21,7 @@ root=$work/root
 nspawn=
 leader=
 cleanup() {
+    set +e
     if [ -n "${PODUNIT_DEMO_KEEP:-}" ] && [ -n "$leader" ]; then
         echo "demo: left running; enter with: nsenter -t $leader -a bash    (stop: kill $nspawn)"
         return
