@@ -9,3 +9,12 @@ pub mod paths;
 
 #[cfg(feature = "cli")]
 pub mod cli;
+
+pub mod generated;
+pub mod reconcile;
+pub mod statefile;
+pub mod status;
+#[cfg(feature = "cli")]
+pub mod systemd;
+pub mod timefmt;
+pub mod unitstate;
