@@ -11,7 +11,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 /// The generator's output directory for system units.
-pub const GENERATOR_DIR: &str = "/run/systemd/generator";
+pub const GENERATOR_DIR: &str = crate::plan::GENERATOR_DIR;
 
 /// `<namespace>/<name>`: how a pod is keyed everywhere in podunit-sync.
 #[derive(
@@ -125,7 +125,8 @@ pub fn scan(dir: &Path) -> Result<Vec<GeneratedPod>, Error> {
     for entry in rd {
         let entry = entry.map_err(|e| Error::Read(dir.to_path_buf(), e))?;
         let name = entry.file_name().to_string_lossy().into_owned();
-        if !name.starts_with("podunit-") {
+        // `podunit/` holds the pods' start plans (`podunit/<pod unit stem>.json`).
+        if !name.starts_with("podunit-") && name != crate::plan::PLAN_DIR {
             continue;
         }
         let path = entry.path();
@@ -217,14 +218,21 @@ impl UnitFile {
 
 /// The unit a path of the tree belongs to: `a.service`, `a.service.wants/b` and `a.service.d/x.conf`
 /// all belong to `a.service`.
-fn owner_unit(rel: &str) -> &str {
+fn owner_unit(rel: &str) -> String {
+    if let Some(stem) = rel
+        .strip_prefix(crate::plan::PLAN_DIR)
+        .and_then(|r| r.strip_prefix('/'))
+        .and_then(|r| r.strip_suffix(".json"))
+    {
+        return format!("{stem}.service");
+    }
     let first = rel.split('/').next().unwrap_or(rel);
     for suffix in [".wants", ".requires", ".upholds", ".d"] {
         if let Some(u) = first.strip_suffix(suffix) {
-            return u;
+            return u.to_string();
         }
     }
-    first
+    first.to_string()
 }
 
 struct PodAcc {
@@ -256,7 +264,7 @@ pub fn group(mut files: Vec<GenFile>) -> Vec<GeneratedPod> {
     let mut pods: BTreeMap<PodKey, PodAcc> = BTreeMap::new();
     for f in files {
         let owner = owner_unit(&f.rel);
-        let Some(key) = unit_key.get(owner) else {
+        let Some(key) = unit_key.get(&owner) else {
             continue;
         };
         pods.entry(key.clone())
@@ -316,12 +324,18 @@ fn build_pod(acc: PodAcc) -> GeneratedPod {
             }
         }
     }
+    // Init containers and sidecars are the ones other containers are ordered after; of those,
+    // init containers run to completion (oneshot), sidecars keep running.
+    let ordered_after: std::collections::BTreeSet<String> = raw
+        .iter()
+        .flat_map(|c| c.file.words("Unit", "After"))
+        .collect();
     let kind_of = |c: &C| match c.file.get("Unit", "X-PodunitContainerKind") {
         Some("init") => ContainerKind::Init,
         Some("sidecar") => ContainerKind::Sidecar,
         Some(_) => ContainerKind::App,
-        // Without the explicit key: init containers are the oneshot units.
         None if c.file.get("Service", "Type") == Some("oneshot") => ContainerKind::Init,
+        None if ordered_after.contains(&c.unit) => ContainerKind::Sidecar,
         None => ContainerKind::App,
     };
     let kinds: Vec<ContainerKind> = raw.iter().map(kind_of).collect();
@@ -503,6 +517,40 @@ mod tests {
         assert_eq!(pods[1].key, PodKey::new("kube-system", "dns"));
         assert_eq!(pods[1].containers[0].name, "coredns");
         assert_eq!(pods[0].containers.len(), 3);
+    }
+
+    #[test]
+    fn sidecars_are_inferred_and_plans_hashed() {
+        let mut files = web();
+        files.push(f(
+            "podunit-default_web_proxy.service",
+            "[Unit]\nAfter=podunit-default_web.service\n[Service]\nType=exec\nRestart=always\n",
+        ));
+        files[4].content =
+            b"[Unit]\nAfter=podunit-default_web_proxy.service\n[Service]\nType=exec\n".to_vec();
+        files.push(f("podunit/podunit-default_web.json", "{}"));
+        let p = &group(files.clone())[0];
+        let kinds: Vec<(&str, ContainerKind, &str)> = p
+            .containers
+            .iter()
+            .map(|c| (c.name.as_str(), c.kind, c.restart.as_str()))
+            .collect();
+        assert_eq!(
+            kinds,
+            vec![
+                ("init-a", ContainerKind::Init, "no"),
+                ("proxy", ContainerKind::Sidecar, "always"),
+                ("init-b", ContainerKind::Init, "no"),
+                ("nginx", ContainerKind::App, "no"),
+            ]
+        );
+        let last = files.len() - 1;
+        files[last].content = b"{\"env\": 1}".to_vec();
+        assert_ne!(
+            group(files)[0].hash,
+            p.hash,
+            "a changed plan restarts the pod"
+        );
     }
 
     #[test]

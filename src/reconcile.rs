@@ -34,6 +34,10 @@ pub struct State {
     /// Keyed by `namespace/name`.
     #[serde(default)]
     pub pods: BTreeMap<String, Recorded>,
+    /// The spool content (`boot_id` + file list) podunit-sync last reloaded for, so that a
+    /// spool file that never renders (broken) costs one reload per boot, not one per start.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub spool_reloaded_for: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -69,6 +73,7 @@ pub fn plan(
     let mut next = State {
         boot_id: boot_id.to_string(),
         pods: BTreeMap::new(),
+        spool_reloaded_for: recorded.spool_reloaded_for.clone(),
     };
     let mut desired_units: BTreeSet<String> = BTreeSet::new();
     for pod in desired {
@@ -126,6 +131,22 @@ pub fn leftovers(actual: &[ListedUnit], desired: &[GeneratedPod]) -> Vec<String>
         .collect()
 }
 
+/// Spool manifests (host paths) that no rendered pod came from. At boot the generator runs before
+/// a separate /var is mounted, so spool pods are missing until the next reload: a non-empty answer
+/// at podunit-sync's start means "reload now" (DESIGN.md §3). A spool file that is broken is
+/// also unseen; the caller reloads at most once per boot and spool content for that reason.
+pub fn unseen_spool(spool_files: &[String], desired: &[GeneratedPod]) -> Vec<String> {
+    let seen: BTreeSet<&str> = desired
+        .iter()
+        .filter_map(|p| p.source_path.as_deref())
+        .collect();
+    spool_files
+        .iter()
+        .filter(|f| !seen.contains(f.as_str()))
+        .cloned()
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -179,6 +200,7 @@ mod tests {
                     )
                 })
                 .collect(),
+            ..Default::default()
         }
     }
 
@@ -317,6 +339,19 @@ mod tests {
             leftovers(&actual, &[pod("web", "h1")]),
             vec![gone.containers[0].unit.clone()]
         );
+    }
+
+    #[test]
+    fn spool_files_without_pods_are_unseen() {
+        let mut p = pod("web", "h");
+        p.source_path = Some("/var/lib/podunit/spool/web.yaml".into());
+        let files = vec![
+            "/var/lib/podunit/spool/web.yaml".to_string(),
+            "/var/lib/podunit/spool/db.yaml".to_string(),
+        ];
+        assert_eq!(unseen_spool(&files, &[p.clone()]), vec![files[1].clone()]);
+        assert_eq!(unseen_spool(&files[..1], &[p]), Vec::<String>::new());
+        assert_eq!(unseen_spool(&files[..1], &[]), files[..1].to_vec());
     }
 
     #[test]
