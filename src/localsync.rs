@@ -122,15 +122,28 @@ impl Syncer {
         Ok(generated::scan(&self.opts.generator_dir)?)
     }
 
-    fn actual(&self) -> Result<Vec<crate::unitstate::ListedUnit>, Error> {
-        Ok(self.client.list_units(systemd::UNIT_PATTERN)?)
+    /// Loaded `podunit-*` units. Pod units the generator did not render this time get their
+    /// `FragmentPath` looked up: a slice stays `loaded` without its file, and only a unit
+    /// without a file is ours to stop (a hand-written unit of the same name is not).
+    fn actual(&self, desired: &[GeneratedPod]) -> Result<Vec<crate::unitstate::ListedUnit>, Error> {
+        let rendered: HashSet<String> = desired.iter().flat_map(|p| p.units()).collect();
+        let mut units = self.client.list_units(systemd::UNIT_PATTERN)?;
+        for u in &mut units {
+            if u.load_state == "loaded"
+                && !rendered.contains(&u.name)
+                && crate::naming::parse(&u.name).is_some()
+            {
+                u.fragment_path = Some(self.client.fragment_path(&u.name)?);
+            }
+        }
+        Ok(units)
     }
 
     /// Reconciles once: queues the jobs and persists the record. Per-unit failures are logged
     /// and leave that pod's record as it was, so the next reload retries it.
     pub fn reconcile(&mut self) -> Result<Summary, Error> {
         let desired = self.desired()?;
-        let actual = self.actual()?;
+        let actual = self.actual(&desired)?;
         let recorded = statefile::load(&self.opts.state_file)?;
         let plan = reconcile::plan(&desired, &recorded, &actual, &self.boot_id);
         let mut next = plan.next;
@@ -187,7 +200,7 @@ impl Syncer {
     /// Resets every failed unit whose pod is gone, so `systemctl --failed` stays clean.
     pub fn reset_leftovers(&mut self) -> Result<(), Error> {
         let desired = self.desired()?;
-        for unit in reconcile::leftovers(&self.actual()?, &desired) {
+        for unit in reconcile::leftovers(&self.actual(&desired)?, &desired) {
             log(&format!("resetting failed {unit}: its pod is gone"));
             if let Err(e) = self.client.reset_failed(&unit) {
                 log(&format!("{e}"));

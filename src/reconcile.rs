@@ -178,6 +178,7 @@ mod tests {
             load_state: load.into(),
             active_state: active.into(),
             sub_state: String::new(),
+            fragment_path: None,
         }
     }
 
@@ -306,8 +307,17 @@ mod tests {
                 "deactivating",
             ),
             unit("podunit-default_idle.service", "not-found", "inactive"),
+            // A slice without its file is still `loaded`: its missing fragment tells.
+            ListedUnit {
+                fragment_path: Some(String::new()),
+                ..unit("podunit-default_old2.slice", "loaded", "active")
+            },
             // Not ours: a file exists (hand-written), or not a pod unit name.
             unit("podunit-default_hand.service", "loaded", "active"),
+            ListedUnit {
+                fragment_path: Some("/etc/systemd/system/podunit-default_hand2.service".into()),
+                ..unit("podunit-default_hand2.service", "loaded", "active")
+            },
             unit("podunit-sync.service", "not-found", "active"),
             running("web"),
         ];
@@ -331,6 +341,9 @@ mod tests {
                 },
                 Action::Stop {
                     unit: naming::container_service("default", "web", "gone")
+                },
+                Action::Stop {
+                    unit: "podunit-default_old2.slice".into()
                 },
             ]
         );

@@ -684,18 +684,21 @@ mod tests {
                 load_state: "not-found".into(),
                 active_state: "deactivating".into(),
                 sub_state: "stop-sigterm".into(),
+                fragment_path: None,
             },
             ListedUnit {
                 name: naming::pod_service("default", "gone"),
                 load_state: "not-found".into(),
                 active_state: "active".into(),
                 sub_state: "exited".into(),
+                fragment_path: None,
             },
             ListedUnit {
                 name: naming::pod_service("default", "idle"),
                 load_state: "not-found".into(),
                 active_state: "inactive".into(),
                 sub_state: "dead".into(),
+                fragment_path: None,
             },
         ];
         let o = orphan_pods(&actual, &[]);

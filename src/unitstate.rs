@@ -10,6 +10,9 @@ pub struct ListedUnit {
     /// `active`, `inactive`, `failed`, `activating`, `deactivating`, `reloading`.
     pub active_state: String,
     pub sub_state: String,
+    /// `FragmentPath`, when looked up (ListUnits does not return it). `Some("")` means the unit
+    /// has no file: slices are synthesised as `loaded` even after their file is gone.
+    pub fragment_path: Option<String>,
 }
 
 impl ListedUnit {
@@ -23,7 +26,7 @@ impl ListedUnit {
 
     /// The unit file is gone but systemd still tracks the unit.
     pub fn is_not_found(&self) -> bool {
-        self.load_state == "not-found"
+        self.load_state == "not-found" || self.fragment_path.as_deref() == Some("")
     }
 }
 

@@ -161,6 +161,22 @@ impl Client {
         ctx("Reload", self.manager()?.call::<_, _, ()>("Reload", &()))
     }
 
+    /// `FragmentPath` of a unit: empty when it has no unit file.
+    pub fn fragment_path(&self, unit: &str) -> Result<String, Error> {
+        let path = props::unit_path(unit);
+        let p = ctx(
+            format!("Properties proxy {unit}"),
+            Proxy::new(&self.conn, DEST, path, PROPS_IFACE),
+        )?;
+        let v: OwnedValue = ctx(
+            format!("Get FragmentPath {unit}"),
+            p.call("Get", &(UNIT_IFACE, "FragmentPath")),
+        )?;
+        let mut m = HashMap::new();
+        m.insert("FragmentPath".to_string(), v);
+        Ok(props::unit_state(unit, &m, &HashMap::new()).fragment_path)
+    }
+
     fn get_all(&self, unit: &str, iface: &str) -> Result<HashMap<String, OwnedValue>, Error> {
         let path = props::unit_path(unit);
         let p = ctx(

@@ -28,6 +28,7 @@ pub fn listed(row: &ListRow) -> ListedUnit {
         load_state: row.2.clone(),
         active_state: row.3.clone(),
         sub_state: row.4.clone(),
+        fragment_path: None,
     }
 }
 
