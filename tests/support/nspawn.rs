@@ -429,7 +429,7 @@ impl Machine {
             sleep(Duration::from_millis(50));
         };
         // Right after PID 1 appears its bus socket may not exist yet: systemctl then prints
-        // nothing and fails, so ask again until it answers.
+        // nothing (or "offline") and fails, so ask again until it answers.
         let state = loop {
             let out = self.exec(&[
                 "timeout",
@@ -439,7 +439,8 @@ impl Machine {
                 "--wait",
             ]);
             let state = String::from_utf8_lossy(&out.stdout).trim().to_string();
-            if !state.is_empty() || Instant::now() > deadline {
+            // Early in boot it may also say "offline" (no manager reachable yet): ask again.
+            if state == "running" || state == "degraded" || Instant::now() > deadline {
                 break state;
             }
             sleep(Duration::from_millis(100));
