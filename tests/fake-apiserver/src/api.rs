@@ -303,6 +303,10 @@ impl Api {
         }
         authz::node_may_create(user, t.res, &obj)?;
         let reply = self.store.write(|inner| -> ApiResult<Value> {
+            // The NamespaceLifecycle plugin runs before the others.
+            if t.res.namespaced && inner.get(&resources::NAMESPACES, "", &ns).is_none() {
+                return Err(ApiError::not_found(&resources::NAMESPACES, &ns));
+            }
             if t.res.plural == "pods" {
                 self.admit_pod(inner, &mut obj, &ns)?;
             }
