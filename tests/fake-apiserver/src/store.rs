@@ -343,15 +343,21 @@ impl Inner {
         let Some(path) = &self.state_file else {
             return;
         };
-        let state = json!({
-            "resourceVersion": self.rv.to_string(),
-            "objects": self.objects.values().map(|o| (**o).clone()).collect::<Vec<_>>(),
-        });
+        // Written by hand rather than through one big Value: no copy of every object per change.
+        let mut out = format!("{{\"resourceVersion\":\"{}\",\"objects\":[", self.rv).into_bytes();
+        for (i, o) in self.objects.values().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            if serde_json::to_writer(&mut out, &**o).is_err() {
+                return;
+            }
+        }
+        out.extend_from_slice(b"]}");
         let tmp = path.with_extension("tmp");
         // Secrets are in it: readable by the owner only.
         let result =
-            crate::files::write_private(&tmp, &serde_json::to_vec(&state).unwrap_or_default())
-                .and_then(|()| std::fs::rename(&tmp, path));
+            crate::files::write_private(&tmp, &out).and_then(|()| std::fs::rename(&tmp, path));
         if let Err(e) = result {
             eprintln!("fake-apiserver: writing {}: {e}", path.display());
         }

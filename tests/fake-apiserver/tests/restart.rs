@@ -76,6 +76,8 @@ fn state_file_carries_objects_across_servers() {
     assert_eq!(e["object"]["code"], 410);
     let (_, created) = a.post(PODS, &pod("new", None));
     assert!(rv(&created) > last);
+    drop(s);
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]

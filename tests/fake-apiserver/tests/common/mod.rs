@@ -18,8 +18,33 @@ pub fn temp_dir(name: &str) -> PathBuf {
     d
 }
 
-pub fn start(name: &str, f: impl FnOnce(Config) -> Config) -> FakeApiServer {
-    FakeApiServer::start(f(Config::new(temp_dir(name)).node("n1").node("n2"))).unwrap()
+/// A server in a scratch directory that goes away with it.
+pub struct TestServer(Option<FakeApiServer>, PathBuf);
+
+impl std::ops::Deref for TestServer {
+    type Target = FakeApiServer;
+    fn deref(&self) -> &FakeApiServer {
+        self.0.as_ref().unwrap()
+    }
+}
+
+impl std::ops::DerefMut for TestServer {
+    fn deref_mut(&mut self) -> &mut FakeApiServer {
+        self.0.as_mut().unwrap()
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.0.take();
+        let _ = std::fs::remove_dir_all(&self.1);
+    }
+}
+
+pub fn start(name: &str, f: impl FnOnce(Config) -> Config) -> TestServer {
+    let dir = temp_dir(name);
+    let s = FakeApiServer::start(f(Config::new(&dir).node("n1").node("n2"))).unwrap();
+    TestServer(Some(s), dir)
 }
 
 pub fn agent(ca_pem: &str, client: Option<ClientCert>) -> ureq::Agent {
