@@ -96,17 +96,25 @@ pub fn authorize(inner: &Inner, user: &User, req: &Request, t: &Target) -> ApiRe
                 "can only list/watch pods with spec.nodeName field selector set to '{node}'"
             )),
         },
-        ("pods", None | Some("status"), "get" | "delete" | "update" | "patch") => {
-            if t.sub.is_none() && matches!(verb, "update" | "patch") {
-                Err(String::new())
-            } else {
-                match inner.get(t.res, ns, name) {
-                    Some(p) if bound_to(&p, node) => Ok(()),
-                    Some(_) if t.sub.is_some() => Err(format!(
-                        "node \"{node}\" can only update pod status for pods with spec.nodeName set to itself"
-                    )),
-                    _ => Err(no_relation.clone()),
-                }
+        // Reading goes by the authorizer's graph: a pod that is not bound here (or not there at
+        // all) is forbidden.
+        ("pods", None | Some("status"), "get") => match inner.get(t.res, ns, name) {
+            Some(p) if bound_to(&p, node) => Ok(()),
+            _ => Err(no_relation.clone()),
+        },
+        // Deleting and status writes are NodeRestriction's: only pods bound here; a pod that is
+        // gone already gets its 404 from the handler, as the kubelet expects.
+        ("pods", None, "delete") | ("pods", Some("status"), "update" | "patch") => {
+            match inner.get(t.res, ns, name) {
+                Some(p) if !bound_to(&p, node) => Err(format!(
+                    "node \"{node}\" can only {} pods with spec.nodeName set to itself",
+                    if verb == "delete" {
+                        "delete"
+                    } else {
+                        "update status of"
+                    }
+                )),
+                _ => Ok(()),
             }
         }
         ("pods", None, "create") => Ok(()), // NodeRestriction checks the body at admission.

@@ -395,6 +395,22 @@ fn node_users_get_what_the_node_authorizer_allows() {
         &json!({"metadata": {"labels": {"a": "b"}}}),
     ));
     forbidden(n1.delete(&format!("{PODS}/theirs"), None));
+    // A pod that is gone is 404 to delete and status writes (the kubelet treats that as done),
+    // but reading it is forbidden: the authorizer knows no relationship to it.
+    assert_eq!(
+        n1.delete(
+            &format!("{PODS}/gone"),
+            Some(&json!({"gracePeriodSeconds": 0}))
+        )
+        .0,
+        404
+    );
+    assert_eq!(
+        n1.merge(&format!("{PODS}/gone/status"), &json!({"status": {}}))
+            .0,
+        404
+    );
+    forbidden(n1.get(&format!("{PODS}/gone")));
 
     // Objects its pods use, and nothing else.
     assert_eq!(n1.get("/api/v1/namespaces/default/configmaps/used").0, 200);
