@@ -354,10 +354,8 @@ impl Inner {
             }
         }
         out.extend_from_slice(b"]}");
-        let tmp = path.with_extension("tmp");
         // Secrets are in it: readable by the owner only.
-        let result =
-            crate::files::write_private(&tmp, &out).and_then(|()| std::fs::rename(&tmp, path));
+        let result = crate::files::write_private(path, &out);
         if let Err(e) = result {
             eprintln!("fake-apiserver: writing {}: {e}", path.display());
         }
