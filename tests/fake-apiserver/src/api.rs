@@ -473,6 +473,16 @@ impl Api {
             if !req.is_object() {
                 return Err(ApiError::bad_request("the body must be a JSON object"));
             }
+            // A uid in the body is a precondition (the kubelet puts one in its status patches).
+            let uid = meta(&req, "uid");
+            if !uid.is_empty() && uid != meta(&old, "uid") {
+                let ns_part = if res.namespaced { format!("{ns}/") } else { String::new() };
+                return Err(ApiError::conflict(res, name, &format!(
+                    "StorageError: invalid object, Code: 4, Key: /registry/{}/{ns_part}{name}, ResourceVersion: 0, AdditionalErrorMsg: Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                    res.plural,
+                    meta(&old, "uid")
+                )));
+            }
             let rv = meta(&req, "resourceVersion");
             if !rv.is_empty() && rv != meta(&old, "resourceVersion") {
                 return Err(ApiError::stale(res, name));

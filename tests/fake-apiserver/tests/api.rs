@@ -251,6 +251,23 @@ fn status_subresource_is_separate_from_the_main_resource() {
     );
     assert_eq!(q["status"]["conditions"].as_array().unwrap().len(), 2);
     assert_eq!(q["status"]["phase"], "Running");
+    // A uid in a status patch is a precondition, as in the kubelet's patches.
+    let (code, e) = a.merge(
+        &path,
+        &json!({"metadata": {"uid": "other"}, "status": {"phase": "Failed"}}),
+    );
+    assert_eq!((code, e["reason"].as_str()), (409, Some("Conflict")));
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .contains("Precondition failed: UID in precondition: other")
+    );
+    let (code, _) = a.merge(
+        &path,
+        &json!({"metadata": {"uid": p["metadata"]["uid"]}, "status": {"phase": "Running"}}),
+    );
+    assert_eq!(code, 200);
     // An unchanged write stores nothing.
     let (_, same) = a.merge(&path, &json!({"status": {"phase": "Running"}}));
     assert_eq!(rv(&same), rv(&q));
