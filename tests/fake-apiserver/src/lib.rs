@@ -236,6 +236,27 @@ impl FakeApiServer {
         .map_err(io("writing a kubeconfig"))?;
         files::write_private(&dir.join(format!("node-{name}.token")), token.as_bytes())
             .map_err(io("writing a token"))?;
+        // Self-contained: usable where the directory is not (inside a container).
+        let b64 = |file: String| -> Result<String, StartError> {
+            use base64::Engine;
+            let pem = std::fs::read(dir.join(file)).map_err(io("reading a node certificate"))?;
+            Ok(base64::engine::general_purpose::STANDARD.encode(pem))
+        };
+        let inline = kubeconfig_inline(
+            &self.url(),
+            &base64::Engine::encode(&base64::engine::general_purpose::STANDARD, &self.ca.pem),
+            &user,
+            &format!(
+                "    client-certificate-data: {}\n    client-key-data: {}\n",
+                b64(format!("node-{name}.crt"))?,
+                b64(format!("node-{name}.key"))?
+            ),
+        );
+        files::write_private(
+            &dir.join(format!("node-{name}-inline.kubeconfig")),
+            inline.as_bytes(),
+        )
+        .map_err(io("writing a kubeconfig"))?;
         Ok(token)
     }
 
@@ -263,6 +284,14 @@ impl FakeApiServer {
 
     pub fn node_cert_kubeconfig(&self, name: &str) -> PathBuf {
         self.config.dir.join(format!("node-{name}-cert.kubeconfig"))
+    }
+
+    /// A kubeconfig with everything inline (certificate-authority-data, client-certificate-data,
+    /// client-key-data): copy it anywhere, e.g. into a container.
+    pub fn node_inline_kubeconfig(&self, name: &str) -> PathBuf {
+        self.config
+            .dir
+            .join(format!("node-{name}-inline.kubeconfig"))
     }
 
     /// Stops the listener and closes every connection; the store is kept.
@@ -300,8 +329,25 @@ fn previous_port(dir: &Path) -> Option<u16> {
 }
 
 fn kubeconfig(server: &str, ca: &Path, user: &str, credentials: &str) -> String {
+    kubeconfig_with(
+        server,
+        &format!("certificate-authority: {}", ca.display()),
+        user,
+        credentials,
+    )
+}
+
+fn kubeconfig_inline(server: &str, ca_b64: &str, user: &str, credentials: &str) -> String {
+    kubeconfig_with(
+        server,
+        &format!("certificate-authority-data: {ca_b64}"),
+        user,
+        credentials,
+    )
+}
+
+fn kubeconfig_with(server: &str, ca_line: &str, user: &str, credentials: &str) -> String {
     format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: fake-apiserver\n  cluster:\n    server: {server}\n    certificate-authority: {}\nusers:\n- name: {user:?}\n  user:\n{credentials}contexts:\n- name: fake-apiserver\n  context:\n    cluster: fake-apiserver\n    user: {user:?}\ncurrent-context: fake-apiserver\n",
-        ca.display()
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: fake-apiserver\n  cluster:\n    server: {server}\n    {ca_line}\nusers:\n- name: {user:?}\n  user:\n{credentials}contexts:\n- name: fake-apiserver\n  context:\n    cluster: fake-apiserver\n    user: {user:?}\ncurrent-context: fake-apiserver\n"
     )
 }

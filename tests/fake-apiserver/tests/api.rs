@@ -46,6 +46,31 @@ fn serves_only_clients_that_trust_its_ca() {
     assert!(kc.contains(&s.url()) && kc.contains("client-certificate:") && kc.contains("ca.crt"));
     let kc = std::fs::read_to_string(s.node_kubeconfig("n1")).unwrap();
     assert!(kc.contains(&format!("token: {}", s.node_token("n1").unwrap())));
+    // The inline kubeconfig carries everything itself.
+    let kc = std::fs::read_to_string(s.node_inline_kubeconfig("n1")).unwrap();
+    let field = |k: &str| -> Vec<u8> {
+        use base64::Engine;
+        let line = kc.lines().find_map(|l| l.trim().strip_prefix(k)).unwrap();
+        base64::engine::general_purpose::STANDARD
+            .decode(line.trim())
+            .unwrap()
+    };
+    let (ca, crt, key) = (
+        field("certificate-authority-data:"),
+        field("client-certificate-data:"),
+        field("client-key-data:"),
+    );
+    let cert = ureq::tls::ClientCert::new_with_certs(
+        &[ureq::tls::Certificate::from_pem(&crt).unwrap()],
+        ureq::tls::PrivateKey::from_pem(&key).unwrap(),
+    );
+    let c = Client {
+        agent: agent(std::str::from_utf8(&ca).unwrap(), Some(cert)),
+        base: s.url(),
+        token: None,
+    };
+    assert_eq!(c.get("/api/v1/nodes/n2").0, 403);
+    assert_eq!(c.get("/api/v1/nodes/n1").0, 404);
 }
 
 #[test]
