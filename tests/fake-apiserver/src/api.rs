@@ -301,8 +301,8 @@ impl Api {
             let name = format!("{}{}", meta(&obj, "generateName"), random_suffix(5));
             obj["metadata"]["name"] = json!(name);
         }
-        authz::node_may_create(user, t.res, &obj)?;
         let reply = self.store.write(|inner| -> ApiResult<Value> {
+            authz::node_may_create(inner, user, t.res, &obj)?;
             // The NamespaceLifecycle plugin runs before the others.
             if t.res.namespaced && inner.get(&resources::NAMESPACES, "", &ns).is_none() {
                 return Err(ApiError::not_found(&resources::NAMESPACES, &ns));

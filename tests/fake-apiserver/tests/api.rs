@@ -491,11 +491,16 @@ fn node_users_get_what_the_node_authorizer_allows() {
     forbidden(n1.post(PODS, &mirror));
 
     // Its own Node and Lease.
-    assert_eq!(
-        n1.post("/api/v1/nodes", &json!({"metadata": {"name": "n1"}}))
-            .0,
-        201
-    );
+    let (code, node) = n1.post("/api/v1/nodes", &json!({"metadata": {"name": "n1"}}));
+    assert_eq!(code, 201);
+    // A mirror pod may name its node as controlling owner, with the node's uid.
+    let mut owned = json!({"metadata": {"name": "owned-n1", "annotations": {"kubernetes.io/config.mirror": "abc"},
+        "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": "n1", "uid": node["metadata"]["uid"], "controller": true}]},
+        "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "host"}]}});
+    assert_eq!(n1.post(PODS, &owned).0, 201);
+    owned["metadata"]["name"] = json!("owned-wrong");
+    owned["metadata"]["ownerReferences"][0]["uid"] = json!("not-the-node");
+    forbidden(n1.post(PODS, &owned));
     forbidden(n1.post("/api/v1/nodes", &json!({"metadata": {"name": "n2"}})));
     assert_eq!(
         n1.merge(
