@@ -614,3 +614,50 @@ fn token_requests_are_bound_to_pods() {
     a.delete(&format!("{PODS}/web?gracePeriodSeconds=0"), None);
     assert_eq!(sa.get(PODS).0, 401);
 }
+
+#[test]
+fn responses_decode_as_the_real_types() {
+    use k8s_openapi::api::authentication::v1::TokenRequest;
+    use k8s_openapi::api::coordination::v1::Lease;
+    use k8s_openapi::api::core::v1::{
+        ConfigMap, Event, Namespace, Node, Pod, Secret, ServiceAccount,
+    };
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
+    use serde::de::DeserializeOwned;
+    fn decode<T: DeserializeOwned>((code, v): (u16, serde_json::Value)) -> T {
+        assert!(code < 500, "{code} {v}");
+        serde_json::from_value(v).unwrap()
+    }
+    let s = start("types", |c| c);
+    let a = Client::admin(&s);
+    let p: Pod = decode(a.post(PODS, &pod("web", Some("n1"))));
+    assert_eq!(p.status.unwrap().phase.as_deref(), Some("Pending"));
+    let _: Node = decode(a.post(
+        "/api/v1/nodes",
+        &json!({"metadata": {"name": "n1"}, "status": {"capacity": {"cpu": "2"}}}),
+    ));
+    let _: Namespace = decode(a.get("/api/v1/namespaces/default"));
+    let _: ServiceAccount = decode(a.get("/api/v1/namespaces/default/serviceaccounts/default"));
+    let _: ConfigMap = decode(a.get("/api/v1/namespaces/default/configmaps/kube-root-ca.crt"));
+    let _: Secret = decode(a.post(
+        "/api/v1/namespaces/default/secrets",
+        &json!({"metadata": {"name": "s"}, "stringData": {"a": "b"}}),
+    ));
+    let _: Lease = decode(a.post(
+        "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases",
+        &json!({"metadata": {"name": "n1"}}),
+    ));
+    let _: Event = decode(a.post("/api/v1/namespaces/default/events", &json!({"metadata": {"name": "e"}, "involvedObject": {"kind": "Pod", "name": "web", "namespace": "default"}})));
+    let tr: TokenRequest = decode(a.post(
+        "/api/v1/namespaces/default/serviceaccounts/default/token",
+        &json!({"spec": {"audiences": []}}),
+    ));
+    assert!(!tr.status.unwrap().token.is_empty());
+    let st: Status = decode(a.get(&format!("{PODS}/missing")));
+    assert_eq!(
+        (st.code, st.reason.as_deref()),
+        (Some(404), Some("NotFound"))
+    );
+    let st: Status = decode(a.delete("/api/v1/namespaces/default/secrets/s", None));
+    assert_eq!(st.status.as_deref(), Some("Success"));
+}
