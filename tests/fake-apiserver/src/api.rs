@@ -22,6 +22,7 @@ pub const SYSTEM_NAMESPACES: [&str; 4] =
 pub struct Api {
     pub store: Store,
     pub auth: Auth,
+    pub audit: crate::audit::Audit,
     pub ca_pem: String,
     pub watch_timeout: Duration,
     pub bookmark_interval: Duration,
@@ -107,6 +108,7 @@ impl Api {
         Api {
             store,
             auth,
+            audit: crate::audit::Audit::default(),
             ca_pem,
             watch_timeout: Duration::from_secs(1800),
             bookmark_interval: Duration::from_secs(60),
@@ -126,24 +128,44 @@ impl Api {
         });
     }
 
+    /// Answers one request and records it in the audit log.
     pub fn handle(&self, req: &Request, peer_cert: Option<&[u8]>) -> Reply {
+        let (reply, user) = self.answer(req, peer_cert);
+        let code = match &reply {
+            Reply::Json(c, _) | Reply::Text(c, _) => *c,
+            Reply::Watch(_) => 200,
+        };
+        let query: Vec<String> = req.query.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        self.audit.record(crate::audit::Record {
+            time: now_secs(),
+            method: req.method.clone(),
+            path: req.path.clone(),
+            query: query.join("&"),
+            user: user.map(|u| u.name).unwrap_or_default(),
+            code,
+        });
+        reply
+    }
+
+    fn answer(&self, req: &Request, peer_cert: Option<&[u8]>) -> (Reply, Option<User>) {
+        let user = self.authenticate(req, peer_cert);
         match route(&req.path) {
-            Route::Health => return Reply::Text(200, "ok".into()),
-            Route::Version => return Reply::Json(200, version()),
+            Route::Health => return (Reply::Text(200, "ok".into()), user),
+            Route::Version => return (Reply::Json(200, version()), user),
             _ => {}
         }
-        let user = match self.authenticate(req, peer_cert) {
-            Some(u) => u,
-            None => return ApiError::unauthorized().into(),
+        let Some(user) = user else {
+            return (ApiError::unauthorized().into(), None);
         };
-        match route(&req.path) {
+        let reply = match route(&req.path) {
             Route::Discovery(path) => match discovery(&path) {
                 Some(v) => Reply::Json(200, v),
                 None => ApiError::path_not_found().into(),
             },
             Route::Api(t) => self.api(&user, req, &t).unwrap_or_else(Reply::from),
             _ => ApiError::path_not_found().into(),
-        }
+        };
+        (reply, Some(user))
     }
 
     fn authenticate(&self, req: &Request, peer_cert: Option<&[u8]>) -> Option<User> {

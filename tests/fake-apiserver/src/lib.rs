@@ -16,6 +16,7 @@
 
 pub mod admission;
 pub mod api;
+pub mod audit;
 pub mod auth;
 pub mod authz;
 pub mod files;
@@ -56,6 +57,8 @@ pub struct Config {
     pub bookmark_interval: Duration,
     /// Watch duration when the client gives no timeoutSeconds.
     pub watch_timeout: Duration,
+    /// Append a JSON line per request here (method, path, query, user, code, time).
+    pub access_log: Option<PathBuf>,
 }
 
 impl Config {
@@ -68,6 +71,7 @@ impl Config {
             history_window: 1000,
             bookmark_interval: Duration::from_secs(60),
             watch_timeout: Duration::from_secs(1800),
+            access_log: None,
         }
     }
 
@@ -132,6 +136,11 @@ impl FakeApiServer {
         let store = store::Store::open(config.history_window, config.state_file.clone())
             .map_err(StartError::State)?;
         let mut api = Api::new(store, auth, ca.pem.clone());
+        if let Some(log) = &config.access_log {
+            api.audit
+                .log_to(log)
+                .map_err(io("opening the access log"))?;
+        }
         api.bookmark_interval = config.bookmark_interval;
         api.watch_timeout = config.watch_timeout;
         let api = Arc::new(api);
@@ -315,6 +324,16 @@ impl FakeApiServer {
     /// 410 Gone from a watch.
     pub fn compact(&self) {
         self.api.store.write(|inner| inner.compact());
+    }
+
+    /// Every request served so far (the last 100 000), oldest first.
+    pub fn requests(&self) -> Vec<audit::Record> {
+        self.api.audit.records()
+    }
+
+    /// Forgets the requests recorded so far.
+    pub fn clear_requests(&self) {
+        self.api.audit.clear();
     }
 
     /// The store's current resourceVersion.

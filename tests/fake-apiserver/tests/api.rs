@@ -19,6 +19,30 @@ fn refuses_requests_without_valid_credentials() {
     assert_eq!(Client::with_token(&s, None).get("/healthz").0, 200);
     assert_eq!(Client::with_token(&s, None).get("/version").1["major"], "1");
     assert_eq!(Client::admin(&s).get(PODS).0, 200);
+    // Every request is on record, with who made it and how it ended.
+    let log = s.requests();
+    assert_eq!(log.len(), 5);
+    assert_eq!(
+        (log[0].path.as_str(), log[0].user.as_str(), log[0].code),
+        (PODS, "", 401)
+    );
+    assert_eq!(
+        (log[4].user.as_str(), log[4].code),
+        ("kubernetes-admin", 200)
+    );
+    s.clear_requests();
+    Client::node(&s, "n1").get(&format!(
+        "/api/v1/pods?watch=1&timeoutSeconds=0&fieldSelector={}",
+        enc("spec.nodeName=n1")
+    ));
+    let log = s.requests();
+    assert_eq!(log.len(), 1);
+    assert!(log[0].is_watch());
+    assert_eq!(
+        log[0].query,
+        "watch=1&timeoutSeconds=0&fieldSelector=spec.nodeName=n1"
+    );
+    assert_eq!(log[0].user, "system:node:n1");
 }
 
 #[test]

@@ -93,6 +93,8 @@ fn binary_serves_until_killed_and_comes_back_with_its_state() {
                 "--state-file",
             ])
             .arg(dir.join("state.json"))
+            .arg("--access-log")
+            .arg(dir.join("access.log"))
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
@@ -131,4 +133,16 @@ fn binary_serves_until_killed_and_comes_back_with_its_state() {
     );
     child.kill().unwrap();
     child.wait().unwrap();
+    let log = std::fs::read_to_string(dir.join("access.log")).unwrap();
+    let lines: Vec<serde_json::Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2, "{log}");
+    assert_eq!(
+        (lines[0]["method"].as_str(), lines[0]["code"].as_u64()),
+        (Some("POST"), Some(201))
+    );
+    assert_eq!(lines[1]["user"], "system:node:n1");
+    std::fs::remove_dir_all(&dir).unwrap();
 }
