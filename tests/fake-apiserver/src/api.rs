@@ -19,7 +19,17 @@ use std::time::Duration;
 pub const SYSTEM_NAMESPACES: [&str; 4] =
     ["default", "kube-system", "kube-public", "kube-node-lease"];
 
+/// A failure the server can be told to answer every request with, to test a client's back-off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// 503 ServiceUnavailable (with Retry-After), as a server that is starting or overloaded.
+    Unavailable,
+    /// 429 TooManyRequests (with Retry-After), as API Priority and Fairness throttling.
+    TooManyRequests,
+}
+
 pub struct Api {
+    pub fault: std::sync::Mutex<Option<Fault>>,
     pub store: Store,
     pub auth: Auth,
     pub audit: crate::audit::Audit,
@@ -106,6 +116,7 @@ fn fold_string_data(obj: &mut Value) {
 impl Api {
     pub fn new(store: Store, auth: Auth, ca_pem: String) -> Api {
         Api {
+            fault: std::sync::Mutex::new(None),
             store,
             auth,
             audit: crate::audit::Audit::default(),
@@ -149,6 +160,11 @@ impl Api {
 
     fn answer(&self, req: &Request, peer_cert: Option<&[u8]>) -> (Reply, Option<User>) {
         let user = self.authenticate(req, peer_cert);
+        match *self.fault.lock().unwrap_or_else(|e| e.into_inner()) {
+            Some(Fault::Unavailable) => return (ApiError::unavailable().into(), user),
+            Some(Fault::TooManyRequests) => return (ApiError::too_many_requests().into(), user),
+            None => {}
+        }
         match route(&req.path) {
             Route::Health => return (Reply::Text(200, "ok".into()), user),
             Route::Version => return (Reply::Json(200, version()), user),

@@ -33,6 +33,7 @@ pub mod tls;
 pub mod util;
 
 use api::Api;
+pub use api::Fault;
 use auth::{Auth, User};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -334,6 +335,11 @@ impl FakeApiServer {
     /// Forgets the requests recorded so far.
     pub fn clear_requests(&self) {
         self.api.audit.clear();
+    }
+
+    /// Answer every request with this failure (None: serve normally again). Open watches go on.
+    pub fn set_fault(&self, fault: Option<api::Fault>) {
+        *self.api.fault.lock().unwrap_or_else(|e| e.into_inner()) = fault;
     }
 
     /// The store's current resourceVersion.

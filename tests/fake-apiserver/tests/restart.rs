@@ -146,3 +146,28 @@ fn binary_serves_until_killed_and_comes_back_with_its_state() {
     assert_eq!(lines[1]["user"], "system:node:n1");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn faults_answer_every_request_until_cleared() {
+    let s = start("fault", |c| c);
+    let a = Client::admin(&s);
+    s.set_fault(Some(fake_apiserver::Fault::Unavailable));
+    let (code, e) = a.get(PODS);
+    assert_eq!(
+        (code, e["reason"].as_str()),
+        (503, Some("ServiceUnavailable"))
+    );
+    s.set_fault(Some(fake_apiserver::Fault::TooManyRequests));
+    let resp = a
+        .agent
+        .get(format!("{}{PODS}", s.url()))
+        .header("Authorization", &format!("Bearer {}", s.admin_token()))
+        .call()
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 429);
+    assert_eq!(resp.headers().get("retry-after").unwrap(), "1");
+    s.set_fault(None);
+    assert_eq!(a.get(PODS).0, 200);
+    let codes: Vec<u16> = s.requests().iter().map(|r| r.code).collect();
+    assert_eq!(codes, [503, 429, 200]);
+}
