@@ -307,12 +307,16 @@ impl Api {
             })?),
         };
         let initial = req.flag("sendInitialEvents");
+        // As in the API server, 0 (like none) means the server's default.
         let timeout = match req.param("timeoutSeconds") {
-            Some(s) => Duration::from_secs(
-                s.parse()
-                    .map_err(|_| ApiError::bad_request("invalid timeoutSeconds"))?,
-            ),
-            None => self.watch_timeout,
+            Some(s) => s
+                .parse::<u64>()
+                .map_err(|_| ApiError::bad_request("invalid timeoutSeconds"))?,
+            None => 0,
+        };
+        let timeout = match timeout {
+            0 => self.watch_timeout,
+            t => Duration::from_secs(t),
         };
         Ok(Reply::Watch(WatchPlan {
             spec,

@@ -31,17 +31,14 @@ fn refuses_requests_without_valid_credentials() {
         ("kubernetes-admin", 200)
     );
     s.clear_requests();
-    Client::node(&s, "n1").get(&format!(
-        "/api/v1/pods?watch=1&timeoutSeconds=0&fieldSelector={}",
+    drop(Client::node(&s, "n1").watch(&format!(
+        "/api/v1/pods?watch=1&fieldSelector={}",
         enc("spec.nodeName=n1")
-    ));
+    )));
     let log = s.requests();
     assert_eq!(log.len(), 1);
     assert!(log[0].is_watch());
-    assert_eq!(
-        log[0].query,
-        "watch=1&timeoutSeconds=0&fieldSelector=spec.nodeName=n1"
-    );
+    assert_eq!(log[0].query, "watch=1&fieldSelector=spec.nodeName=n1");
     assert_eq!(log[0].user, "system:node:n1");
 }
 
