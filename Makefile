@@ -3,7 +3,7 @@ CARGO ?= cargo
 PREFIX ?= /usr
 DESTDIR ?=
 
-.PHONY: all build release test test-unit test-e2e rootfs lint fmt bench demo deb rpm install uninstall fuzz
+.PHONY: all build release test test-unit test-e2e rootfs lint fmt bench demo deb rpm install uninstall fuzz fake-apiserver
 
 all: build
 
@@ -25,6 +25,10 @@ test: lint test-unit test-e2e
 
 test-unit:
 	$(CARGO) test --workspace
+
+# The test double of the Kubernetes API server, as a binary for end-to-end tests and benchmarks.
+fake-apiserver:
+	$(CARGO) build -p fake-apiserver
 
 # The cached Debian rootfs the real-systemd suite boots (outside the repo; PODUNIT_TEST_ROOTFS moves it).
 rootfs:
