@@ -3,6 +3,7 @@
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
+pub mod completions;
 pub mod logs;
 pub mod status;
 pub mod sync;
@@ -27,6 +28,9 @@ pub enum Command {
     Status(status::Args),
     /// Show a pod's logs from the journal.
     Logs(logs::Args),
+    /// Print a shell completion script (the packages install them).
+    #[command(hide = true)]
+    Completions(completions::Args),
 }
 
 pub fn main() -> ExitCode {
@@ -44,5 +48,6 @@ pub fn main() -> ExitCode {
     match cli.command {
         Command::Status(a) => status::run(a),
         Command::Logs(a) => logs::run(a),
+        Command::Completions(a) => completions::run(a),
     }
 }
