@@ -4,8 +4,18 @@
 //! pure function ([`translate`]); reading manifests, writing unit trees, talking to systemd and to the
 //! API server live at the edges, in their own modules.
 
+pub mod escape;
 pub mod naming;
 pub mod paths;
 
 #[cfg(feature = "cli")]
 pub mod cli;
+pub mod diag;
+pub mod generate;
+pub mod manifest;
+pub mod plan;
+pub mod prepare;
+pub mod quantity;
+pub mod translate;
+pub mod unit;
+pub mod validate;
