@@ -255,16 +255,61 @@ pub fn apply(
             ));
         }
     }
-    // What every unprivileged container gets, as a container runtime would give it: its own /tmp,
-    // read-only kernel tunables, no module loading, no kernel log, a read-only cgroup tree.
-    for key in [
-        "PrivateTmp",
-        "ProtectKernelTunables",
-        "ProtectKernelModules",
-        "ProtectKernelLogs",
-        "ProtectControlGroups",
-    ] {
-        svc.add(key, Value::Trusted("yes".into()));
+    // What every unprivileged container gets, as a container runtime would give it: its own /tmp
+    // and a read-only cgroup tree.
+    svc.add("PrivateTmp", Value::Trusted("yes".into()));
+    svc.add("ProtectControlGroups", Value::Trusted("yes".into()));
+    // Read-only kernel tunables, no module loading, no kernel log. For a non-root user systemd
+    // implies NoNewPrivileges= with these, which Kubernetes only sets for
+    // allowPrivilegeEscalation: false; so a non-root container that may escalate (setuid
+    // programs) goes without them, as its missing capabilities already keep it from the kernel.
+    let may_escalate = sc.and_then(|c| c.allow_privilege_escalation) != Some(false);
+    if id.uid.unwrap_or(0) == 0 || !may_escalate {
+        for key in [
+            "ProtectKernelTunables",
+            "ProtectKernelModules",
+            "ProtectKernelLogs",
+        ] {
+            svc.add(key, Value::Trusted("yes".into()));
+        }
     }
     Ok(())
+}
+
+/// `lifecycle.stopSignal` (`SIGTERM`, `SIGUSR1`, ...) as systemd's `KillSignal=` accepts it.
+pub fn stop_signal(name: &str) -> Option<&'static str> {
+    const SIGNALS: &[&str] = &[
+        "SIGABRT",
+        "SIGALRM",
+        "SIGBUS",
+        "SIGCHLD",
+        "SIGCONT",
+        "SIGFPE",
+        "SIGHUP",
+        "SIGILL",
+        "SIGINT",
+        "SIGIO",
+        "SIGKILL",
+        "SIGPIPE",
+        "SIGPROF",
+        "SIGPWR",
+        "SIGQUIT",
+        "SIGSEGV",
+        "SIGSTKFLT",
+        "SIGSTOP",
+        "SIGSYS",
+        "SIGTERM",
+        "SIGTRAP",
+        "SIGTSTP",
+        "SIGTTIN",
+        "SIGTTOU",
+        "SIGURG",
+        "SIGUSR1",
+        "SIGUSR2",
+        "SIGVTALRM",
+        "SIGWINCH",
+        "SIGXCPU",
+        "SIGXFSZ",
+    ];
+    SIGNALS.iter().copied().find(|s| *s == name)
 }
