@@ -38,7 +38,7 @@ rootfs:
 	tests/e2e/make-rootfs.sh
 
 # Real systemd end to end: each test boots its own nspawn machine. E2E_JOBS machines at a time.
-E2E_JOBS ?= 3
+E2E_JOBS ?= 4
 test-e2e: rootfs
 	$(CARGO) test --no-fail-fast --test e2e --test sync_e2e -- --test-threads=$(E2E_JOBS)
 
