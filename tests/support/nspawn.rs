@@ -440,7 +440,8 @@ impl Machine {
                 "--wait",
             ]);
             let state = String::from_utf8_lossy(&out.stdout).trim().to_string();
-            if !state.is_empty() || Instant::now() > deadline {
+            // "offline": PID 1 is not answering on the bus yet (seen under load); ask again.
+            if (!state.is_empty() && state != "offline") || Instant::now() > deadline {
                 break state;
             }
             sleep(Duration::from_millis(100));
