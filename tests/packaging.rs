@@ -433,7 +433,7 @@ fn rpm_installs_into_a_scratch_root() {
         lines,
         [
             "stop podunit-sync.service",
-            "stop podunit-*.service podunit-*.slice podunit.target podunit.slice",
+            "stop podunit.target podunit.slice",
             "--no-reload disable podunit.target podunit-sync.service",
             "daemon-reload",
         ],
