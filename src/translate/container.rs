@@ -104,7 +104,14 @@ pub fn all(ctx: &PodContext<'_>) -> Result<Vec<Built>, Vec<Fault>> {
         } else {
             Role::Init
         };
-        match one(ctx, c, role, &format!("spec.initContainers[{i}]"), &before, &order[i + 1..]) {
+        match one(
+            ctx,
+            c,
+            role,
+            &format!("spec.initContainers[{i}]"),
+            &before,
+            &order[i + 1..],
+        ) {
             Ok(b) => {
                 before.push((b.unit.name.clone(), role == Role::Sidecar));
                 out.push(b);
@@ -113,7 +120,14 @@ pub fn all(ctx: &PodContext<'_>) -> Result<Vec<Built>, Vec<Fault>> {
         }
     }
     for (i, c) in spec.containers.iter().enumerate() {
-        match one(ctx, c, Role::App, &format!("spec.containers[{i}]"), &before, &[]) {
+        match one(
+            ctx,
+            c,
+            Role::App,
+            &format!("spec.containers[{i}]"),
+            &before,
+            &[],
+        ) {
             Ok(b) => out.push(b),
             Err(f) => faults.extend(f),
         }
@@ -199,7 +213,10 @@ fn one(
             if pod_policy != "Never" && !later.is_empty() {
                 // A failed run has already failed the start jobs of what follows it; once a retry
                 // succeeds, start them again (a no-op for those already starting).
-                svc.trusted("ExecStartPost", format!("-systemctl --no-block start {}", later.join(" ")));
+                svc.trusted(
+                    "ExecStartPost",
+                    format!("-systemctl --no-block start {}", later.join(" ")),
+                );
             }
         }
         Role::Sidecar => {
