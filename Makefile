@@ -40,3 +40,9 @@ demo: rootfs
 	$(CARGO) build -p podunit --bins
 	$(CARGO) build -p podunit-generator
 	tests/e2e/demo.sh
+
+# Benchmarks (never timed tests). Reload-to-running on a real systemd: needs root and systemd-nspawn.
+bench: bench-reload
+
+bench-reload: rootfs
+	$(CARGO) test --release --test bench_reload
