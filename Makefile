@@ -87,3 +87,9 @@ install:
 
 uninstall:
 	DESTDIR="$(DESTDIR)" PREFIX="$(PREFIX)" packaging/install.sh uninstall
+
+# Benchmarks (never timed tests). Reload-to-running on a real systemd: needs root and systemd-nspawn.
+bench: bench-reload
+
+bench-reload: rootfs
+	$(CARGO) test --release --test bench_reload
