@@ -17,16 +17,18 @@ enum FuzzPiece {
 
 #[derive(Arbitrary, Debug)]
 struct Input {
+    /// Put a valid executable first, so that the arguments get fuzzed past the executable checks.
+    valid_executable: bool,
     argv: Vec<Vec<FuzzPiece>>,
     /// Values for the first variables of VARS; the others stay unset.
     env: Vec<String>,
 }
 
 fuzz_target!(|input: Input| {
-    let argv: Vec<Arg> = input
-        .argv
+    let exe = input.valid_executable.then(|| Arg::text("/usr/bin/app"));
+    let argv: Vec<Arg> = exe
         .into_iter()
-        .map(|pieces| {
+        .chain(input.argv.into_iter().map(|pieces| {
             Arg(pieces
                 .into_iter()
                 .map(|p| match p {
@@ -34,7 +36,7 @@ fuzz_target!(|input: Input| {
                     FuzzPiece::Var(i) => Piece::Var(VARS[i as usize % VARS.len()].to_string()),
                 })
                 .collect())
-        })
+        }))
         .collect();
     let Ok(line) = escape::exec_line(&argv) else {
         return;
