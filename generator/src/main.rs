@@ -1,1 +1,75 @@
-fn main() {}
+//! podunit-generator: systemd.generator(7) that turns Pod manifests into units.
+//!
+//! Called as `podunit-generator NORMAL_DIR [EARLY_DIR LATE_DIR]`; writes only into NORMAL_DIR.
+//! Reads files and writes units: no network, no D-Bus, no waiting on anything.
+
+use podunit::generate::{FsImages, detect_node, generate, write_tree};
+use podunit::manifest::Catalog;
+use podunit::paths::Paths;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let args: Vec<PathBuf> = std::env::args_os().skip(1).map(PathBuf::from).collect();
+    let normal = match args.as_slice() {
+        [n] | [n, _, _] => n.clone(),
+        _ => {
+            eprintln!("usage: podunit-generator NORMAL_DIR [EARLY_DIR LATE_DIR]");
+            return ExitCode::from(2);
+        }
+    };
+    let paths = Paths::from_env();
+    let catalog = Catalog::load(&paths);
+    let node = detect_node(&paths);
+    let images = FsImages {
+        paths: paths.clone(),
+        host_aliases: Vec::new(),
+    };
+    let generated = generate(&catalog, &node, &images);
+    for p in &generated.problems {
+        report(&p.to_string(), p.is_error());
+    }
+    let failed = write_tree(&normal, &generated);
+    for (pod, e) in &failed {
+        report(
+            &format!(
+                "pod {pod}: cannot write its units to {}: {e}",
+                normal.display()
+            ),
+            true,
+        );
+    }
+    if generated.has_errors() || !failed.is_empty() {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// To stderr and to the journal; at boot, before journald runs, to the kernel log, which journald
+/// reads later. systemd 252 does not connect a generator's stderr to the journal.
+fn report(msg: &str, error: bool) {
+    eprintln!("podunit-generator: {msg}");
+    // Under a test root the host's logs are not ours to write.
+    if std::env::var_os(podunit::paths::ROOT_ENV).is_some_and(|r| !r.is_empty()) {
+        return;
+    }
+    let flat = msg.replace(['\n', '\r'], " ");
+    // syslog priorities: 3 = err, 4 = warning.
+    let prio = if error { 3 } else { 4 };
+    let native = format!("PRIORITY={prio}\nSYSLOG_IDENTIFIER=podunit-generator\nMESSAGE={flat}\n");
+    let sent = std::os::unix::net::UnixDatagram::unbound()
+        .and_then(|s| s.send_to(native.as_bytes(), "/run/systemd/journal/socket"))
+        .is_ok();
+    if sent {
+        return;
+    }
+    let line = format!(
+        "<{prio}>podunit-generator[{}]: {flat}\n",
+        std::process::id()
+    );
+    if let Ok(mut k) = std::fs::OpenOptions::new().write(true).open("/dev/kmsg") {
+        let _ = k.write_all(line.as_bytes());
+    }
+}

@@ -1,1 +1,4 @@
-fn main() {}
+//! `podunit`: check, render and inspect pods.
+fn main() -> std::process::ExitCode {
+    podunit::cli::main()
+}

@@ -1,0 +1,64 @@
+//! Command-line front ends. Library errors become messages and exit codes here, nowhere else.
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+pub mod check;
+pub mod logs;
+pub mod prepare;
+pub mod status;
+pub mod sync;
+
+/// Exit code for usage errors, as `podunit check` documents.
+pub const EXIT_USAGE: u8 = 2;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "podunit",
+    version,
+    about = "Run Kubernetes Pods as native systemd units"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Validate manifests; print each problem as `FILE: namespace/pod: field.path: what is wrong`.
+    Check(check::CheckArgs),
+    /// Print (or write) exactly the units the generator makes of the manifests.
+    Render(check::RenderArgs),
+    /// Show pods like `kubectl get pods`, or one pod's containers.
+    Status(status::Args),
+    /// Show a pod's logs from the journal.
+    Logs(logs::Args),
+    /// Prepare a pod's volumes and environment (run by the pod's unit).
+    #[command(hide = true)]
+    PodPrepare(prepare::Args),
+    /// Remove a pod's runtime files (run by the pod's unit).
+    #[command(hide = true)]
+    PodCleanup(prepare::Args),
+}
+
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::from(EXIT_USAGE)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    match cli.command {
+        Command::Check(a) => check::check(a),
+        Command::Render(a) => check::render(a),
+        Command::PodPrepare(a) => prepare::prepare(a),
+        Command::PodCleanup(a) => prepare::cleanup(a),
+        Command::Status(a) => status::run(a),
+        Command::Logs(a) => logs::run(a),
+    }
+}
