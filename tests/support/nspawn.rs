@@ -225,9 +225,17 @@ pub struct Machine {
 impl Machine {
     /// Copies the rootfs, installs this build of podunit and boots. `name` is for humans (logs).
     pub fn boot(name: &str) -> Machine {
+        Machine::boot_with(name, Some(binaries()))
+    }
+
+    /// Boots the plain rootfs without podunit (the package tests install their .deb themselves).
+    pub fn boot_bare(name: &str) -> Machine {
+        Machine::boot_with(name, None)
+    }
+
+    fn boot_with(name: &str, bins: Option<&Binaries>) -> Machine {
         preflight();
         let rootfs = rootfs();
-        let bins = binaries();
         let seq = SEQ.fetch_add(1, Ordering::SeqCst);
         // Machine (host) names: at most 64 characters, letters, digits and '-'.
         let clean: String = name
@@ -258,7 +266,10 @@ impl Machine {
             leader: 0,
             cgroups: None,
         };
-        m.install(bins);
+        if let Some(bins) = bins {
+            m.install(bins);
+        }
+        m.prepare();
         m.cgroups = CgroupFixup::new(&m.name);
         m.start();
         m
@@ -346,6 +357,11 @@ impl Machine {
         for d in ["etc/pods.d", "var/lib/podunit/spool"] {
             fs::create_dir_all(r.join(d)).unwrap();
         }
+    }
+
+    /// What every machine needs, with or without podunit: the probe dir, the cgroup staging dirs.
+    fn prepare(&self) {
+        let r = &self.root;
         let probe = r.join(PROBE_DIR.trim_start_matches('/'));
         fs::create_dir_all(&probe).unwrap();
         fs::set_permissions(&probe, fs::Permissions::from_mode(0o1777)).unwrap();
