@@ -93,3 +93,14 @@ bench: bench-reload
 
 bench-reload: rootfs
 	$(CARGO) test --release --test bench_reload
+
+# Fuzzing, separate from `make test`: runs every target under fuzz/ for FUZZ_TIME seconds each.
+# cargo-fuzz needs a nightly toolchain (sanitizers); without one, use the stable toolchain with
+# `RUSTC_BOOTSTRAP=1 make fuzz FUZZ_TOOLCHAIN=` (RUSTC_BOOTSTRAP unlocks nightly flags on stable).
+FUZZ_TIME ?= 60
+FUZZ_TOOLCHAIN ?= +nightly
+fuzz:
+	command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz --locked
+	set -e; for t in $$($(CARGO) $(FUZZ_TOOLCHAIN) fuzz list); do \
+	  $(CARGO) $(FUZZ_TOOLCHAIN) fuzz run $$t -- -max_total_time=$(FUZZ_TIME); \
+	done
