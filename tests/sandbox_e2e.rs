@@ -66,8 +66,14 @@ spec:
     assert_eq!(restricted.status("NoNewPrivs"), "1");
     // 2 = a seccomp filter is installed (RuntimeDefault).
     assert_eq!(restricted.status("Seccomp"), "2");
-    assert_eq!(m.read_string("/srv/probe/sb-rootfs").as_deref(), Some("read-only\n"));
-    assert_eq!(m.read_string("/srv/probe/sb-unshare").as_deref(), Some("denied\n"));
+    assert_eq!(
+        m.read_string("/srv/probe/sb-rootfs").as_deref(),
+        Some("read-only\n")
+    );
+    assert_eq!(
+        m.read_string("/srv/probe/sb-unshare").as_deref(),
+        Some("denied\n")
+    );
     assert!(m.read("/etc/podunit-written").is_none());
     assert_eq!(
         m.prop(&ctr_unit(NS, "locked", "restricted"), "ActiveState"),
@@ -131,7 +137,8 @@ spec:
     assert_eq!(lines[2], "700", "{st}");
     assert_eq!(lines[3], file_secret, "{st}");
 
-    let all_units = "$(systemctl list-units --all --plain --no-legend 'podunit*' | awk '{print $1}')";
+    let all_units =
+        "$(systemctl list-units --all --plain --no-legend 'podunit*' | awk '{print $1}')";
     for (place, cmd) in [
         ("unit files", "cat /run/systemd/generator/*.service /run/systemd/generator/*.slice /run/systemd/generator/podunit/*".to_string()),
         ("systemctl show", format!("systemctl show {all_units}")),
