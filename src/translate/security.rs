@@ -201,15 +201,8 @@ pub fn apply(
         }
     }
     caps.sort();
-    // An empty value would reset the set to "everything": `~` with no names does the opposite.
-    svc.trusted(
-        "CapabilityBoundingSet",
-        if caps.is_empty() {
-            "~".to_string()
-        } else {
-            caps.join(" ")
-        },
-    );
+    // An empty value is the empty set (`~` alone would be every capability).
+    svc.trusted("CapabilityBoundingSet", caps.join(" "));
     if id.uid.unwrap_or(0) != 0 && !caps.is_empty() {
         // A non-root process keeps added capabilities only as ambient ones.
         let added: Vec<&String> = caps
@@ -246,6 +239,12 @@ pub fn apply(
             svc.trusted("SystemCallFilter", RUNTIME_DEFAULT_DENY);
             svc.trusted("SystemCallArchitectures", "native");
             svc.trusted("SystemCallErrorNumber", "EPERM");
+            // The runtimes' default profile also refuses new namespaces (without CAP_SYS_ADMIN)
+            // and personality changes.
+            if !caps.iter().any(|c| c == "CAP_SYS_ADMIN") {
+                svc.trusted("RestrictNamespaces", "yes");
+            }
+            svc.trusted("LockPersonality", "yes");
         }
         None | Some("Unconfined") => {}
         Some(other) => {
@@ -255,10 +254,21 @@ pub fn apply(
             ));
         }
     }
-    // What every unprivileged container gets, as a container runtime would give it: its own /tmp
-    // and a read-only cgroup tree.
+    // What every unprivileged container gets, as a container runtime would give it: its own /tmp,
+    // a read-only cgroup tree, a hostname it cannot change, other users' processes out of sight.
     svc.add("PrivateTmp", Value::Trusted("yes".into()));
     svc.add("ProtectControlGroups", Value::Trusted("yes".into()));
+    svc.add("ProtectHostname", Value::Trusted("yes".into()));
+    svc.add("ProtectProc", Value::Trusted("invisible".into()));
+    if !caps.iter().any(|c| c == "CAP_SYS_TIME") {
+        svc.add("ProtectClock", Value::Trusted("yes".into()));
+    }
+    if sc.and_then(|c| c.allow_privilege_escalation) == Some(false) {
+        svc.add("RestrictSUIDSGID", Value::Trusted("yes".into()));
+    }
+    // Its own IPC namespace and mount table, as every pod has.
+    svc.add("PrivateIPC", Value::Trusted("yes".into()));
+    svc.add("PrivateMounts", Value::Trusted("yes".into()));
     // Read-only kernel tunables, no module loading, no kernel log. For a non-root user systemd
     // implies NoNewPrivileges= with these, which Kubernetes only sets for
     // allowPrivilegeEscalation: false; so a non-root container that may escalate (setuid
