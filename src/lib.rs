@@ -18,6 +18,7 @@ pub mod generated;
 pub mod localsync;
 pub mod manifest;
 pub mod plan;
+#[cfg(feature = "cli")]
 pub mod prepare;
 pub mod quantity;
 pub mod reconcile;
