@@ -40,3 +40,9 @@ demo: rootfs
 	$(CARGO) build -p podunit --bins
 	$(CARGO) build -p podunit-generator
 	tests/e2e/demo.sh
+
+# Generator benchmark (docs/benchmarks.md): the release generator as a process on 1 to 10000 pods,
+# wall time and peak RSS. Timings live here, never in tests. BENCH_RUNS=N changes the runs per size.
+bench:
+	$(CARGO) build --release -p podunit-generator
+	$(CARGO) run --release -p podunit-bench -- $${CARGO_TARGET_DIR:-target}/release/podunit-generator
