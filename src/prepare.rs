@@ -151,7 +151,8 @@ fn ensure_ids(plan: &PodPlan, paths: &Paths) -> Result<(), PrepareError> {
     for &gid in plan.groups.iter().chain(&primary) {
         if gid != 0 && !known_group(gid) {
             let name = format!("podunit-g{gid}");
-            let record = serde_json::json!({ "groupName": name, "gid": gid, "disposition": "container" });
+            let record =
+                serde_json::json!({ "groupName": name, "gid": gid, "disposition": "container" });
             write_record(&dir, &name, &gid.to_string(), "group", &record)?;
         }
     }
@@ -159,9 +160,21 @@ fn ensure_ids(plan: &PodPlan, paths: &Paths) -> Result<(), PrepareError> {
 }
 
 /// `<name>.<kind>` plus the `<id>.<kind>` link nss-systemd looks numeric IDs up by.
-fn write_record(dir: &Path, name: &str, id: &str, kind: &str, record: &serde_json::Value) -> Result<(), PrepareError> {
+fn write_record(
+    dir: &Path,
+    name: &str,
+    id: &str,
+    kind: &str,
+    record: &serde_json::Value,
+) -> Result<(), PrepareError> {
     mkdir(dir, 0o755)?;
-    write_file(&dir.join(format!("{name}.{kind}")), record.to_string().as_bytes(), 0, 0, 0o644)?;
+    write_file(
+        &dir.join(format!("{name}.{kind}")),
+        record.to_string().as_bytes(),
+        0,
+        0,
+        0o644,
+    )?;
     let link = dir.join(format!("{id}.{kind}"));
     let _ = fs::remove_file(&link);
     std::os::unix::fs::symlink(format!("{name}.{kind}"), &link).map_err(io_err(&link))

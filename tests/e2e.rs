@@ -549,13 +549,13 @@ spec:
         "ea",
         r#"  - name: writer
     image: host
-    command: ["/bin/sh", "-c", "echo from-ea > /data/f && exec sleep infinity"]
+    command: ["/bin/sh", "-c", "echo from-ea > /data/f.tmp && mv /data/f.tmp /data/f && exec sleep infinity"]
     volumeMounts:
     - name: data
       mountPath: /data
   - name: reader
     image: host
-    command: ["/bin/sh", "-c", "while [ ! -e /data/f ]; do sleep 0.2; done; cp /data/f /srv/probe/ea-read; exec sleep infinity"]
+    command: ["/bin/sh", "-c", "while [ ! -e /data/f ]; do sleep 0.2; done; cp /data/f /srv/probe/ea-read.tmp && mv /srv/probe/ea-read.tmp /srv/probe/ea-read; exec sleep infinity"]
     volumeMounts:
     - name: data
       mountPath: /data
@@ -735,7 +735,8 @@ spec:
     - |
       for d in /rw /ro /hro /cfg; do
         if touch "$d/new" 2>/dev/null; then echo "$d writable"; else echo "$d read-only"; fi
-      done > /srv/probe/ro-result
+      done > /srv/probe/ro-result.tmp
+      mv /srv/probe/ro-result.tmp /srv/probe/ro-result
     volumeMounts:
     - name: data
       mountPath: /rw
@@ -803,7 +804,8 @@ spec:
     - /bin/sh
     - -c
     - |
-      { ls -A /only; cat /only/file; ls -A /hp-inner; cat /hp-inner/f; cat /etc/sub-app.conf; } > /srv/probe/sub-result
+      { ls -A /only; cat /only/file; ls -A /hp-inner; cat /hp-inner/f; cat /etc/sub-app.conf; } > /srv/probe/sub-result.tmp
+      mv /srv/probe/sub-result.tmp /srv/probe/sub-result
     volumeMounts:
     - name: data
       mountPath: /only
@@ -1056,6 +1058,202 @@ spec:
             .lines()
             .any(|l| l.contains("bad.yaml") && l.contains("containers[0].name")),
         "the journal says why bad.yaml was skipped:\n{}",
+        m.diagnostics()
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Environment from objects and the downward API; the journal.
+
+#[test]
+fn env_from_configmap_secret_and_downward_api_reach_the_process_only() {
+    let m = Machine::boot("env-objects");
+    // A hostile secret: it must arrive byte-exact and never be expanded again.
+    let secret = "p a$s\"w'o\\rd %n $HOME ${X} $(COLOR)\nline2 ✓";
+    let manifest = format!(
+        r#"apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: settings
+data:
+  LOG_LEVEL: debug
+  color: blue
+---
+apiVersion: v1
+kind: Secret
+metadata:
+  name: creds
+stringData:
+  password: {secret}
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: envpod
+  labels:
+    app: envlabel
+spec:
+  containers:
+  - name: main
+    image: host
+    workingDir: /srv
+    command: ["/usr/local/bin/probe"]
+    args: ["$(PASSWORD)", "pw=$(PASSWORD)!", "$(COLOR)"]
+    envFrom:
+    - configMapRef:
+        name: settings
+    - prefix: S_
+      secretRef:
+        name: creds
+    env:
+    - name: PROBE
+      value: envpod
+    - name: PASSWORD
+      valueFrom:
+        secretKeyRef:
+          name: creds
+          key: password
+    - name: COLOR
+      valueFrom:
+        configMapKeyRef:
+          name: settings
+          key: color
+    - name: LOG_LEVEL
+      value: info
+    - name: MY_POD
+      valueFrom:
+        fieldRef:
+          fieldPath: metadata.name
+    - name: MY_NS
+      valueFrom:
+        fieldRef:
+          fieldPath: metadata.namespace
+    - name: MY_UID
+      valueFrom:
+        fieldRef:
+          fieldPath: metadata.uid
+    - name: MY_LABEL
+      valueFrom:
+        fieldRef:
+          fieldPath: metadata.labels['app']
+"#,
+        secret = yaml_str(secret)
+    );
+    m.write("/etc/pods.d/envpod.yaml", manifest.as_bytes());
+    start_pods(&m);
+    let p = Probe::new(&m, "envpod");
+    p.wait_starts(1);
+    let env = |k: &str| p.env(k).map(|v| String::from_utf8_lossy(&v).into_owned());
+    assert_eq!(env("PASSWORD").as_deref(), Some(secret));
+    assert_eq!(env("S_password").as_deref(), Some(secret));
+    assert_eq!(env("COLOR").as_deref(), Some("blue"));
+    assert_eq!(env("color").as_deref(), Some("blue"));
+    assert_eq!(
+        env("LOG_LEVEL").as_deref(),
+        Some("info"),
+        "env wins over envFrom"
+    );
+    assert_eq!(env("MY_POD").as_deref(), Some("envpod"));
+    assert_eq!(env("MY_NS").as_deref(), Some("default"));
+    assert_eq!(env("MY_LABEL").as_deref(), Some("envlabel"));
+    let unit_uid = m.sh_ok(&format!(
+        "sed -n 's/^X-PodunitUid=//p' /run/systemd/generator/{}",
+        pod_unit(NS, "envpod")
+    ));
+    assert_eq!(env("MY_UID"), Some(unit_uid.trim().to_string()));
+    assert!(!unit_uid.trim().is_empty());
+    let args: Vec<String> = p
+        .args()
+        .iter()
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    assert_eq!(
+        args,
+        vec![
+            secret.to_string(),
+            format!("pw={secret}!"),
+            "blue".to_string()
+        ]
+    );
+    assert_eq!(p.text("cwd").as_deref(), Some("/srv\n"));
+
+    // The secret is in no unit file, and wherever podunit keeps it, only root can read it.
+    let leaked =
+        m.sh(
+        "grep -rlF -e 'p a$s' -e 'line2 ✓' /run/systemd/generator /etc/systemd/system /run/systemd/system",
+    );
+    assert!(
+        !leaked.status.success(),
+        "secret in unit files: {}",
+        String::from_utf8_lossy(&leaked.stdout)
+    );
+    let readable = m.sh_ok(
+        "grep -rlF 'line2 ✓' /run/podunit /var/lib/podunit 2>/dev/null | while read -r f; do \
+           stat -c '%a %U %n' \"$f\"; done",
+    );
+    for line in readable.lines() {
+        let mode = u32::from_str_radix(line.split(' ').next().unwrap(), 8).unwrap();
+        assert_eq!(mode & 0o077, 0, "secret readable by others: {line}");
+        assert!(line.contains(" root "), "secret not owned by root: {line}");
+    }
+}
+
+#[test]
+fn container_output_is_in_the_journal_under_the_pod_fields() {
+    let m = Machine::boot("journal");
+    let manifest = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: jr
+spec:
+  containers:
+  - name: main
+    image: host
+    command: ["/bin/sh", "-c", "echo journal-line-from-jr; exec sleep infinity"]
+"#;
+    m.write("/etc/pods.d/jr.yaml", manifest.as_bytes());
+    start_pods(&m);
+    let uid = m.sh_ok(&format!(
+        "sed -n 's/^X-PodunitUid=//p' /run/systemd/generator/{}",
+        pod_unit(NS, "jr")
+    ));
+    let query = format!(
+        "journalctl --no-pager -o cat POD_NAMESPACE=default POD_NAME=jr CONTAINER_NAME=main POD_UID={}",
+        uid.trim()
+    );
+    m.wait_for(
+        "the container's line in the journal by pod fields",
+        SOON,
+        || {
+            m.sh_ok(&query)
+                .lines()
+                .any(|l| l == "journal-line-from-jr")
+                .then_some(())
+        },
+    );
+}
+
+#[test]
+fn broken_manifest_at_boot_is_explained_in_that_boots_journal() {
+    let mut m = Machine::boot("broken-at-boot");
+    m.write(
+        "/etc/pods.d/good.yaml",
+        probe_pod("good", "boot-good", "sleep", "", "").as_bytes(),
+    );
+    m.write(
+        "/etc/pods.d/bad.yaml",
+        b"apiVersion: v1\nkind: Pod\nmetadata:\n  name: bad\nspec:\n  containers:\n  - name: Bad_Name\n    image: host\n    command: [\"/bin/true\"]\n",
+    );
+    // No reload: the generator first sees these manifests at boot, before journald runs.
+    m.reboot();
+    Probe::new(&m, "boot-good").wait_starts(1);
+    let journal = m.sh_ok("journalctl -b --no-pager -o cat");
+
+    assert!(
+        journal
+            .lines()
+            .any(|l| l.contains("bad.yaml") && l.contains("containers[0].name")),
+        "this boot's journal says why bad.yaml was skipped:\n{}",
         m.diagnostics()
     );
 }

@@ -65,7 +65,10 @@ fn report(msg: &str, error: bool) {
     if sent {
         return;
     }
-    let line = format!("<{prio}>podunit-generator[{}]: {flat}\n", std::process::id());
+    let line = format!(
+        "<{prio}>podunit-generator[{}]: {flat}\n",
+        std::process::id()
+    );
     if let Ok(mut k) = std::fs::OpenOptions::new().write(true).open("/dev/kmsg") {
         let _ = k.write_all(line.as_bytes());
     }

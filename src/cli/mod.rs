@@ -4,6 +4,7 @@ use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
 pub mod check;
+pub mod completions;
 pub mod logs;
 pub mod prepare;
 pub mod status;
@@ -39,6 +40,9 @@ pub enum Command {
     /// Remove a pod's runtime files (run by the pod's unit).
     #[command(hide = true)]
     PodCleanup(prepare::Args),
+    /// Print a shell completion script (the packages install them).
+    #[command(hide = true)]
+    Completions(completions::Args),
 }
 
 pub fn main() -> ExitCode {
@@ -60,5 +64,6 @@ pub fn main() -> ExitCode {
         Command::PodCleanup(a) => prepare::cleanup(a),
         Command::Status(a) => status::run(a),
         Command::Logs(a) => logs::run(a),
+        Command::Completions(a) => completions::run(a),
     }
 }

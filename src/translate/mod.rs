@@ -174,6 +174,14 @@ pub fn translate(
     u.add("Description", Value::Plain(format!("Pod {ns}/{name}")));
     u.add("SourcePath", Value::Path(source.clone()));
     let sl = s.section("Slice");
+    if spec
+        .resources
+        .as_ref()
+        .and_then(|r| resources::cpu_request(Some(r)))
+        .is_none()
+    {
+        sl.trusted("CPUWeight", resources::pod_cpu_weight(spec).to_string());
+    }
     if let Err(f) = resources::apply(sl, spec.resources.as_ref(), "spec.resources") {
         return Err(vec![fault(f)]);
     }
@@ -249,12 +257,19 @@ pub fn translate(
 
 /// The numeric users and groups the pod's containers run with (see [`PodPlan::users`]).
 fn ids(pod: &k8s_openapi::api::core::v1::Pod) -> (Vec<(u32, u32)>, Vec<u32>) {
-    let Some(spec) = &pod.spec else { return (Vec::new(), Vec::new()) };
+    let Some(spec) = &pod.spec else {
+        return (Vec::new(), Vec::new());
+    };
     let psc = spec.security_context.as_ref();
     let id = |v: i64| u32::try_from(v).ok();
     let mut users = std::collections::BTreeMap::new();
     let mut groups = std::collections::BTreeSet::new();
-    for c in spec.init_containers.iter().flatten().chain(&spec.containers) {
+    for c in spec
+        .init_containers
+        .iter()
+        .flatten()
+        .chain(&spec.containers)
+    {
         let who = security::identity(psc, c.security_context.as_ref());
         let gid = who.gid.and_then(id).unwrap_or(0);
         if let Some(uid) = who.uid.and_then(id) {
@@ -262,7 +277,10 @@ fn ids(pod: &k8s_openapi::api::core::v1::Pod) -> (Vec<(u32, u32)>, Vec<u32>) {
         }
         groups.insert(gid);
     }
-    for g in psc.and_then(|p| p.supplemental_groups.clone()).unwrap_or_default() {
+    for g in psc
+        .and_then(|p| p.supplemental_groups.clone())
+        .unwrap_or_default()
+    {
         groups.extend(id(g));
     }
     groups.extend(psc.and_then(|p| p.fs_group).and_then(id));
