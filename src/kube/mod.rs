@@ -1,0 +1,9 @@
+//! Cluster mode: podunit-sync as this node's kubelet. The API client and the node agent.
+//!
+//! Pure parts (kubeconfig resolution, watch decoding, back-off, the Node/Lease/PodStatus builders,
+//! the spool format) are separate from the loops that do I/O, so each is unit-tested on its own.
+
+pub mod backoff;
+pub mod client;
+pub mod kubeconfig;
+pub mod watch;
