@@ -14,3 +14,13 @@ pub mod kube;
 
 #[cfg(feature = "cli")]
 pub mod cli;
+pub mod diag;
+pub mod escape;
+pub mod generate;
+pub mod manifest;
+pub mod plan;
+pub mod prepare;
+pub mod quantity;
+pub mod translate;
+pub mod unit;
+pub mod validate;

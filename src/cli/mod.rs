@@ -3,7 +3,9 @@
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
+pub mod check;
 pub mod logs;
+pub mod prepare;
 pub mod status;
 pub mod sync;
 
@@ -23,10 +25,20 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
+    /// Validate manifests; print each problem as `FILE: namespace/pod: field.path: what is wrong`.
+    Check(check::CheckArgs),
+    /// Print (or write) exactly the units the generator makes of the manifests.
+    Render(check::RenderArgs),
     /// Show pods like `kubectl get pods`, or one pod's containers.
     Status(status::Args),
     /// Show a pod's logs from the journal.
     Logs(logs::Args),
+    /// Prepare a pod's volumes and environment (run by the pod's unit).
+    #[command(hide = true)]
+    PodPrepare(prepare::Args),
+    /// Remove a pod's runtime files (run by the pod's unit).
+    #[command(hide = true)]
+    PodCleanup(prepare::Args),
 }
 
 pub fn main() -> ExitCode {
@@ -42,6 +54,10 @@ pub fn main() -> ExitCode {
         }
     };
     match cli.command {
+        Command::Check(a) => check::check(a),
+        Command::Render(a) => check::render(a),
+        Command::PodPrepare(a) => prepare::prepare(a),
+        Command::PodCleanup(a) => prepare::cleanup(a),
         Command::Status(a) => status::run(a),
         Command::Logs(a) => logs::run(a),
     }

@@ -1,0 +1,64 @@
+//! `podunit pod-prepare PLAN` / `pod-cleanup PLAN`: run by a pod's unit, not by people.
+
+use crate::manifest::Catalog;
+use crate::paths::Paths;
+use crate::plan::PodPlan;
+use crate::prepare;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The pod's plan, written by the generator.
+    pub plan: PathBuf,
+}
+
+fn load(args: &Args, paths: &Paths) -> Result<PodPlan, String> {
+    let path = paths.host(&args.plan.to_string_lossy());
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+pub fn prepare(args: Args) -> ExitCode {
+    let paths = Paths::from_env();
+    let plan = match load(&args, &paths) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("podunit pod-prepare: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    // ConfigMaps and Secrets are read now, so a pod starts with their current content.
+    let catalog = Catalog::load(&paths);
+    match prepare::prepare(&plan, &paths, &catalog, &prepare::node_ip()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!(
+                "podunit pod-prepare: pod {}/{} ({}): {e}",
+                plan.namespace, plan.name, plan.source
+            );
+            ExitCode::FAILURE
+        }
+    }
+}
+
+pub fn cleanup(args: Args) -> ExitCode {
+    let paths = Paths::from_env();
+    let plan = match load(&args, &paths) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("podunit pod-cleanup: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match prepare::cleanup(&plan, &paths) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!(
+                "podunit pod-cleanup: pod {}/{}: {e}",
+                plan.namespace, plan.name
+            );
+            ExitCode::FAILURE
+        }
+    }
+}

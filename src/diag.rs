@@ -1,0 +1,110 @@
+//! Problems found in manifests, reported as `FILE: namespace/pod: field.path: what is wrong`.
+
+use serde::Serialize;
+use std::fmt;
+use std::path::PathBuf;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    /// Accepted, but something is not honoured (e.g. probes) or is suspicious.
+    Warning,
+    /// The pod (or document, or file) is refused.
+    Error,
+}
+
+/// One finding. `pod` is `namespace/name` when known; `path` is a field path like
+/// `spec.containers[0].command`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Problem {
+    pub severity: Severity,
+    pub file: PathBuf,
+    pub pod: Option<String>,
+    pub path: Option<String>,
+    pub message: String,
+}
+
+impl Problem {
+    pub fn error(file: impl Into<PathBuf>, message: impl Into<String>) -> Self {
+        Problem {
+            severity: Severity::Error,
+            file: file.into(),
+            pod: None,
+            path: None,
+            message: message.into(),
+        }
+    }
+
+    pub fn warning(file: impl Into<PathBuf>, message: impl Into<String>) -> Self {
+        Problem {
+            severity: Severity::Warning,
+            ..Problem::error(file, message)
+        }
+    }
+
+    pub fn pod(mut self, pod: impl Into<String>) -> Self {
+        self.pod = Some(pod.into());
+        self
+    }
+
+    pub fn at(mut self, path: impl Into<String>) -> Self {
+        self.path = Some(path.into());
+        self
+    }
+
+    pub fn is_error(&self) -> bool {
+        self.severity == Severity::Error
+    }
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: ", self.file.display())?;
+        if let Some(p) = &self.pod {
+            write!(f, "{p}: ")?;
+        }
+        if let Some(p) = &self.path {
+            write!(f, "{p}: ")?;
+        }
+        if self.severity == Severity::Warning {
+            write!(f, "warning: ")?;
+        }
+        f.write_str(&self.message)
+    }
+}
+
+/// A field path under construction: `spec.containers[0].env[2].name`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FieldPath(String);
+
+impl FieldPath {
+    pub fn new(root: &str) -> Self {
+        FieldPath(root.to_string())
+    }
+
+    pub fn field(&self, name: &str) -> Self {
+        if self.0.is_empty() {
+            FieldPath(name.to_string())
+        } else {
+            FieldPath(format!("{}.{name}", self.0))
+        }
+    }
+
+    pub fn index(&self, i: usize) -> Self {
+        FieldPath(format!("{}[{i}]", self.0))
+    }
+
+    pub fn key(&self, k: &str) -> Self {
+        FieldPath(format!("{}[{k:?}]", self.0))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for FieldPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}

@@ -1,0 +1,175 @@
+//! From a catalog of manifests to the generated tree (pure), and writing that tree (the edge).
+//! The generator, `podunit render` and `podunit check` all run [`generate`], so what they show is
+//! what boot gets.
+
+use crate::diag::Problem;
+use crate::manifest::Catalog;
+use crate::translate::image::{ImageResolver, Probe};
+use crate::translate::{NodeFacts, Output, PodUnits, translate};
+use crate::{naming, validate};
+use std::io;
+use std::path::Path;
+
+/// The result of one generation.
+#[derive(Debug, Default)]
+pub struct Generated {
+    pub pods: Vec<PodUnits>,
+    /// Every problem, errors and warnings, in file order.
+    pub problems: Vec<Problem>,
+}
+
+impl Generated {
+    pub fn has_errors(&self) -> bool {
+        self.problems.iter().any(Problem::is_error)
+    }
+
+    /// All outputs of all pods.
+    pub fn outputs(&self) -> impl Iterator<Item = &Output> {
+        self.pods.iter().flat_map(|p| p.outputs.iter())
+    }
+}
+
+/// Validates and translates every pod of the catalog. A pod with an error is skipped; the others
+/// are not affected.
+pub fn generate(catalog: &Catalog, node: &NodeFacts, images: &dyn ImageResolver) -> Generated {
+    let mut g = Generated {
+        pods: Vec::new(),
+        problems: catalog.problems.clone(),
+    };
+    for entry in &catalog.pods {
+        let found = validate::validate(entry);
+        let bad = found.iter().any(Problem::is_error);
+        g.problems.extend(found);
+        if bad {
+            continue;
+        }
+        match translate(entry, node, images) {
+            Ok(units) => {
+                g.problems.extend(units.warnings.iter().cloned());
+                g.pods.push(units);
+            }
+            Err(problems) => g.problems.extend(problems),
+        }
+    }
+    g.problems
+        .sort_by(|a, b| (&a.file, &a.pod).cmp(&(&b.file, &b.pod)));
+    g
+}
+
+/// Writes the tree under `dir` (the generator's normal directory, or `render --output-dir`).
+/// Every unit is rendered before anything is written: a unit that cannot be written is a bug
+/// caught by translation, but even then no half tree is left.
+pub fn write_tree(dir: &Path, g: &Generated) -> io::Result<()> {
+    let mut files = Vec::new();
+    for o in g.outputs() {
+        match o {
+            Output::Unit(u) => {
+                let text = u
+                    .render()
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+                files.push((u.name.clone(), text));
+            }
+            Output::File { path, content } => files.push((path.clone(), content.clone())),
+            Output::Symlink { .. } => {}
+        }
+    }
+    for (rel, text) in files {
+        let path = dir.join(rel);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::fs::write(&path, text)?;
+    }
+    for o in g.outputs() {
+        if let Output::Symlink { link, target } = o {
+            let path = dir.join(link);
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent)?;
+            }
+            match std::fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+            std::os::unix::fs::symlink(target, &path)?;
+        }
+    }
+    Ok(())
+}
+
+/// The tree as text, in the order `podunit render` prints it.
+pub fn render_text(g: &Generated) -> String {
+    let mut out = String::new();
+    for o in g.outputs() {
+        match o {
+            Output::Unit(u) => {
+                out.push_str(&format!("# ==> {} <==\n", u.name));
+                out.push_str(
+                    &u.render()
+                        .unwrap_or_else(|e| format!("# cannot render: {e}\n")),
+                );
+                out.push('\n');
+            }
+            Output::Symlink { link, target } => {
+                out.push_str(&format!("# ==> {link} -> {target} <==\n\n"))
+            }
+            Output::File { path, content } => {
+                out.push_str(&format!("# ==> {path} <==\n"));
+                for l in content.lines() {
+                    out.push_str("# ");
+                    out.push_str(l);
+                    out.push('\n');
+                }
+                out.push('\n');
+            }
+        }
+    }
+    out
+}
+
+/// Looks image paths up on the real filesystem (under the `PODUNIT_ROOT` prefix).
+pub struct FsImages {
+    pub paths: crate::paths::Paths,
+    pub host_aliases: Vec<String>,
+}
+
+impl ImageResolver for FsImages {
+    fn probe(&self, path: &str) -> Probe {
+        match std::fs::metadata(self.paths.host(path)) {
+            Ok(m) if m.is_dir() => Probe::Directory,
+            Ok(m) if m.is_file() => Probe::File,
+            _ => Probe::Missing,
+        }
+    }
+
+    fn is_host_alias(&self, reference: &str) -> bool {
+        reference == "host" || self.host_aliases.iter().any(|a| a == reference)
+    }
+}
+
+/// Node facts read from the host: hostname, CPUs, memory.
+pub fn detect_node(paths: &crate::paths::Paths) -> NodeFacts {
+    let read = |p: &str| std::fs::read_to_string(paths.host(p)).unwrap_or_default();
+    let hostname = read("/proc/sys/kernel/hostname").trim().to_string();
+    let cpus = std::thread::available_parallelism()
+        .map(|n| n.get() as u64)
+        .unwrap_or(1);
+    let mem_kib: u64 = read("/proc/meminfo")
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0);
+    NodeFacts {
+        node_name: if hostname.is_empty() {
+            "localhost".into()
+        } else {
+            hostname.to_lowercase()
+        },
+        cpu_millis: cpus * 1000,
+        memory_bytes: mem_kib * 1024,
+        ..NodeFacts::default()
+    }
+}
+
+/// The unit every pod hangs off (shipped by the package, referenced here for symlinks).
+pub const TARGET: &str = naming::TARGET;

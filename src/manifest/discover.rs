@@ -1,0 +1,67 @@
+//! Which files in a manifest directory count (DESIGN.md §3).
+
+use std::path::{Path, PathBuf};
+
+/// Manifest files larger than this are refused unread: a hostile file cannot cost memory or time.
+pub const MAX_FILE_BYTES: u64 = 1024 * 1024;
+
+/// Whether `name` is a manifest file name. Dotfiles, editor backups and package-manager leftovers
+/// are skipped silently, as systemd skips them in unit directories.
+pub fn is_manifest_name(name: &str) -> bool {
+    if name.starts_with('.') || name.ends_with('~') {
+        return false;
+    }
+    if name.contains(".dpkg-")
+        || name.ends_with(".rpmnew")
+        || name.ends_with(".rpmsave")
+        || name.ends_with(".rpmorig")
+    {
+        return false;
+    }
+    name.ends_with(".yaml") || name.ends_with(".yml") || name.ends_with(".json")
+}
+
+/// The manifest files directly in `dir`, sorted by name for a stable order. A missing directory is
+/// simply empty (most hosts have no /run/pods.d).
+pub fn list_dir(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut out = Vec::new();
+    for entry in entries {
+        let entry = entry?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if is_manifest_name(name) {
+            out.push(entry.path());
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        for ok in ["web.yaml", "a.yml", "b.json", "x.y.yaml"] {
+            assert!(is_manifest_name(ok), "{ok}");
+        }
+        for skip in [
+            ".hidden.yaml",
+            "web.yaml~",
+            "web.yaml.dpkg-old",
+            "web.yaml.dpkg-dist",
+            "w.yaml.rpmnew",
+            "w.yaml.rpmsave",
+            "README",
+            "web.yaml.bak",
+        ] {
+            assert!(!is_manifest_name(skip), "{skip}");
+        }
+    }
+}

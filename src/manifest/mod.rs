@@ -1,0 +1,231 @@
+//! Loading manifests: which files count, how they parse, and the catalog of pods, ConfigMaps and
+//! Secrets they hold. Validation of what parsed lives in [`crate::validate`].
+
+pub mod discover;
+pub mod parse;
+
+use crate::diag::Problem;
+use crate::paths::{Paths, Source};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use parse::{Object, UnknownFields};
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+/// A pod and where it came from. `pod.metadata.namespace` and `.uid` are always set.
+#[derive(Debug, Clone)]
+pub struct PodEntry {
+    pub pod: Pod,
+    pub file: PathBuf,
+    pub source: Source,
+}
+
+impl PodEntry {
+    pub fn namespace(&self) -> &str {
+        self.pod.metadata.namespace.as_deref().unwrap_or("default")
+    }
+
+    pub fn name(&self) -> &str {
+        self.pod.metadata.name.as_deref().unwrap_or("")
+    }
+
+    pub fn uid(&self) -> &str {
+        self.pod.metadata.uid.as_deref().unwrap_or("")
+    }
+
+    /// `namespace/name`, as problems name a pod.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.namespace(), self.name())
+    }
+}
+
+/// Everything found in the manifest directories.
+#[derive(Debug, Default, Clone)]
+pub struct Catalog {
+    pub pods: Vec<PodEntry>,
+    /// By (namespace, name); a pod may only use objects of its own namespace.
+    pub config_maps: BTreeMap<(String, String), (ConfigMap, PathBuf)>,
+    pub secrets: BTreeMap<(String, String), (Secret, PathBuf)>,
+    pub problems: Vec<Problem>,
+}
+
+impl Catalog {
+    /// Loads every manifest directory of `paths` (DESIGN.md §3).
+    pub fn load(paths: &Paths) -> Catalog {
+        let mut c = Catalog::default();
+        for (source, dir) in paths.manifest_dirs() {
+            match discover::list_dir(&dir) {
+                Ok(files) => {
+                    for f in files {
+                        // Units and messages name the host path, not the test root's.
+                        let shown = Path::new("/").join(f.strip_prefix(&paths.root).unwrap_or(&f));
+                        c.add_file_as(&f, &shown, source);
+                    }
+                }
+                Err(e) => c
+                    .problems
+                    .push(Problem::error(&dir, format!("cannot read directory: {e}"))),
+            }
+        }
+        c.refuse_duplicates();
+        c
+    }
+
+    /// Loads explicit files and directories (as `podunit check PATH...` does). Each is treated as
+    /// an admin-written manifest.
+    pub fn load_paths(items: &[PathBuf]) -> Catalog {
+        let mut c = Catalog::default();
+        for item in items {
+            if item.is_dir() {
+                match discover::list_dir(item) {
+                    Ok(files) => files.iter().for_each(|f| c.add_file(f, Source::Etc)),
+                    Err(e) => c
+                        .problems
+                        .push(Problem::error(item, format!("cannot read directory: {e}"))),
+                }
+            } else {
+                c.add_file(item, Source::Etc);
+            }
+        }
+        c.refuse_duplicates();
+        c
+    }
+
+    /// Reads and parses one file; its problems are recorded, its objects added.
+    pub fn add_file(&mut self, file: &Path, source: Source) {
+        self.add_file_as(file, file, source)
+    }
+
+    /// Reads `file` but names it `shown` in problems and units.
+    pub fn add_file_as(&mut self, file: &Path, shown: &Path, source: Source) {
+        let text = match read_limited(file) {
+            Ok(t) => t,
+            Err(msg) => {
+                self.problems.push(Problem::error(shown, msg));
+                return;
+            }
+        };
+        self.add_text(shown, &text, source);
+    }
+
+    /// Parses manifest text as if read from `file`.
+    pub fn add_text(&mut self, file: &Path, text: &str, source: Source) {
+        let unknown = if source == Source::Spool {
+            UnknownFields::Warn
+        } else {
+            UnknownFields::Error
+        };
+        let (objects, problems) = parse::parse(file, text, unknown);
+        self.problems.extend(problems);
+        for o in objects {
+            match o {
+                Object::Pod(mut pod) => {
+                    let ns = pod
+                        .metadata
+                        .namespace
+                        .get_or_insert_with(|| "default".into())
+                        .clone();
+                    let name = pod.metadata.name.clone().unwrap_or_default();
+                    if pod.metadata.uid.as_deref().unwrap_or("").is_empty() {
+                        pod.metadata.uid = Some(static_uid(&ns, &name, file));
+                    }
+                    self.pods.push(PodEntry {
+                        pod: *pod,
+                        file: file.to_path_buf(),
+                        source,
+                    });
+                }
+                Object::ConfigMap(cm) => {
+                    let key = object_key(&cm.metadata);
+                    self.config_maps.insert(key, (*cm, file.to_path_buf()));
+                }
+                Object::Secret(s) => {
+                    let key = object_key(&s.metadata);
+                    self.secrets.insert(key, (*s, file.to_path_buf()));
+                }
+            }
+        }
+    }
+
+    /// Two pods with one namespace/name: both are reported, neither silently wins.
+    fn refuse_duplicates(&mut self) {
+        let mut seen: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+        for (i, p) in self.pods.iter().enumerate() {
+            seen.entry(p.key()).or_default().push(i);
+        }
+        let mut drop = Vec::new();
+        for (key, idx) in seen.into_iter().filter(|(_, v)| v.len() > 1) {
+            let files: Vec<String> = idx
+                .iter()
+                .map(|&i| self.pods[i].file.display().to_string())
+                .collect();
+            for &i in &idx {
+                self.problems.push(
+                    Problem::error(
+                        &self.pods[i].file,
+                        format!("pod {key} is defined more than once ({})", files.join(", ")),
+                    )
+                    .pod(key.clone())
+                    .at("metadata.name"),
+                );
+            }
+            drop.extend(idx);
+        }
+        drop.sort_unstable();
+        for i in drop.into_iter().rev() {
+            self.pods.remove(i);
+        }
+    }
+}
+
+fn object_key(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> (String, String) {
+    (
+        meta.namespace.clone().unwrap_or_else(|| "default".into()),
+        meta.name.clone().unwrap_or_default(),
+    )
+}
+
+/// Reads at most [`discover::MAX_FILE_BYTES`]; a larger file is refused, not truncated.
+fn read_limited(file: &Path) -> Result<String, String> {
+    let f = std::fs::File::open(file).map_err(|e| format!("cannot read: {e}"))?;
+    let mut buf = Vec::new();
+    f.take(discover::MAX_FILE_BYTES + 1)
+        .read_to_end(&mut buf)
+        .map_err(|e| format!("cannot read: {e}"))?;
+    if buf.len() as u64 > discover::MAX_FILE_BYTES {
+        return Err(format!(
+            "file is larger than {} bytes",
+            discover::MAX_FILE_BYTES
+        ));
+    }
+    String::from_utf8(buf).map_err(|e| {
+        format!(
+            "file is not valid UTF-8 (byte {})",
+            e.utf8_error().valid_up_to()
+        )
+    })
+}
+
+/// A stable UID for a static pod, derived from namespace, name and source file, as the kubelet
+/// derives one from the static pod's source: the same file gives the same UID across reboots.
+pub fn static_uid(namespace: &str, name: &str, file: &Path) -> String {
+    let mut h = Sha256::new();
+    h.update(namespace.as_bytes());
+    h.update([0]);
+    h.update(name.as_bytes());
+    h.update([0]);
+    h.update(file.as_os_str().as_encoded_bytes());
+    let d = h.finalize();
+    let hex: String = d.iter().take(16).map(|b| format!("{b:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    )
+}

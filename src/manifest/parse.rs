@@ -1,0 +1,316 @@
+//! One manifest file's text -> typed Kubernetes objects, with every problem located.
+
+use crate::diag::{FieldPath, Problem};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use std::path::Path;
+
+/// The kinds a manifest may hold.
+#[derive(Debug, Clone)]
+pub enum Object {
+    Pod(Box<Pod>),
+    ConfigMap(Box<ConfigMap>),
+    Secret(Box<Secret>),
+}
+
+/// Whether fields k8s-openapi does not know are errors (admin-written files: almost always typos)
+/// or warnings (pods from an API server that may be newer than our types).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnknownFields {
+    Error,
+    Warn,
+}
+
+/// Parses `text` (YAML or JSON, possibly several documents or a `v1/List`) from `file`.
+/// Returns the objects that parsed and the problems of those that did not; one bad document never
+/// hides the good ones beside it.
+pub fn parse(file: &Path, text: &str, unknown: UnknownFields) -> (Vec<Object>, Vec<Problem>) {
+    let mut objects = Vec::new();
+    let mut problems = Vec::new();
+    if text.contains('\0') {
+        problems.push(Problem::error(file, "file contains a NUL byte"));
+        return (objects, problems);
+    }
+    let docs: Vec<Value> = match serde_saphyr::from_multiple_with_options(text, yaml_options()) {
+        Ok(d) => d,
+        Err(e) => {
+            problems.push(Problem::error(
+                file,
+                format!("not valid YAML or JSON: {}", one_line(&e.to_string())),
+            ));
+            return (objects, problems);
+        }
+    };
+    for (i, doc) in docs.into_iter().enumerate() {
+        let root = if i == 0 {
+            FieldPath::default()
+        } else {
+            FieldPath::new(&format!("document[{i}]"))
+        };
+        parse_document(file, doc, &root, unknown, &mut objects, &mut problems);
+    }
+    (objects, problems)
+}
+
+fn yaml_options() -> serde_saphyr::Options {
+    let mut o = serde_saphyr::Options::default();
+    o.duplicate_keys = serde_saphyr::DuplicateKeyPolicy::Error;
+    o.with_snippet = false;
+    // Aliases are rare in Pod manifests; replaying more than a manifest's worth of events is an attack.
+    o.alias_limits.max_total_replayed_events = 100_000;
+    o.alias_limits.max_alias_expansions_per_anchor = 1_000;
+    if let Some(b) = o.budget.as_mut() {
+        // A 1 MiB manifest never needs more; a billion-laughs file hits these long before memory.
+        b.max_aliases = 1_000;
+        b.max_anchors = 1_000;
+        b.max_depth = 64;
+        b.max_documents = 20_000;
+        b.max_nodes = 2_000_000;
+        b.max_total_scalar_bytes = 4 * 1024 * 1024;
+        b.max_events = 4_000_000;
+    }
+    o
+}
+
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+fn parse_document(
+    file: &Path,
+    doc: Value,
+    root: &FieldPath,
+    unknown: UnknownFields,
+    objects: &mut Vec<Object>,
+    problems: &mut Vec<Problem>,
+) {
+    let map = match &doc {
+        Value::Null => return, // an empty document (`---` at the end) is not an error
+        Value::Object(m) => m,
+        _ => {
+            problems.push(Problem::error(file, "document is not a mapping").at(root.to_string()));
+            return;
+        }
+    };
+    let api = map.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+    let kind = map.get("kind").and_then(Value::as_str).unwrap_or("");
+    let who = pod_label(map);
+    match (api, kind) {
+        ("v1", "Pod") => {
+            if let Some(p) = typed::<Pod>(file, doc, root, &who, unknown, problems) {
+                objects.push(Object::Pod(Box::new(p)));
+            }
+        }
+        ("v1", "ConfigMap") => {
+            if let Some(c) = typed::<ConfigMap>(file, doc, root, &who, unknown, problems) {
+                objects.push(Object::ConfigMap(Box::new(c)));
+            }
+        }
+        ("v1", "Secret") => {
+            if let Some(s) = typed::<Secret>(file, doc, root, &who, unknown, problems) {
+                objects.push(Object::Secret(Box::new(s)));
+            }
+        }
+        ("v1", "List") => {
+            let items = map
+                .get("items")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            for (i, item) in items.into_iter().enumerate() {
+                parse_document(
+                    file,
+                    item,
+                    &root.field("items").index(i),
+                    unknown,
+                    objects,
+                    problems,
+                );
+            }
+        }
+        ("", _) | (_, "") => problems.push(
+            Problem::error(file, "apiVersion and kind are required")
+                .at(root.to_string())
+                .pod_opt(who),
+        ),
+        _ => problems.push(
+            Problem::error(
+                file,
+                format!("{api}/{kind} is not supported here (only v1 Pod, ConfigMap and Secret)"),
+            )
+            .at(root.field("kind").to_string())
+            .pod_opt(who),
+        ),
+    }
+}
+
+/// `namespace/name` from raw metadata, for messages about documents that did not parse.
+fn pod_label(map: &serde_json::Map<String, Value>) -> Option<String> {
+    let meta = map.get("metadata")?.as_object()?;
+    let name = meta.get("name")?.as_str()?;
+    let ns = meta
+        .get("namespace")
+        .and_then(Value::as_str)
+        .unwrap_or("default");
+    Some(format!("{ns}/{name}"))
+}
+
+impl Problem {
+    fn pod_opt(self, pod: Option<String>) -> Self {
+        match pod {
+            Some(p) => self.pod(p),
+            None => self,
+        }
+    }
+}
+
+/// Deserializes with both the path of a type error and every unknown field reported.
+fn typed<T: DeserializeOwned>(
+    file: &Path,
+    doc: Value,
+    root: &FieldPath,
+    who: &Option<String>,
+    unknown: UnknownFields,
+    problems: &mut Vec<Problem>,
+) -> Option<T> {
+    let mut ignored = Vec::new();
+    let result = {
+        let mut record = |p: serde_ignored::Path<'_>| ignored.push(ignored_path(&p));
+        let de = serde_ignored::Deserializer::new(doc, &mut record);
+        serde_path_to_error::deserialize::<_, T>(de)
+    };
+    for path in ignored {
+        let p = if root.as_str().is_empty() {
+            path
+        } else {
+            format!("{root}.{path}")
+        };
+        let msg = "unknown field (a typo? it would be ignored)";
+        let pr = match unknown {
+            UnknownFields::Error => Problem::error(file, msg),
+            UnknownFields::Warn => Problem::warning(file, msg),
+        };
+        problems.push(pr.at(p).pod_opt(who.clone()));
+    }
+    match result {
+        Ok(v) => {
+            if unknown == UnknownFields::Error
+                && problems.iter().any(|p| p.is_error() && &p.pod == who)
+            {
+                return None;
+            }
+            Some(v)
+        }
+        Err(e) => {
+            let path = e.path().to_string();
+            let full = match (root.as_str().is_empty(), path == ".") {
+                (true, _) => path,
+                (false, true) => root.to_string(),
+                (false, false) => format!("{root}.{path}"),
+            };
+            problems.push(
+                Problem::error(file, one_line(&e.into_inner().to_string()))
+                    .at(full)
+                    .pod_opt(who.clone()),
+            );
+            None
+        }
+    }
+}
+
+/// kubectl-style path (`spec.containers[0].comand`) from serde_ignored's.
+fn ignored_path(p: &serde_ignored::Path<'_>) -> String {
+    use serde_ignored::Path as P;
+    match p {
+        P::Root => String::new(),
+        P::Seq { parent, index } => format!("{}[{index}]", ignored_path(parent)),
+        P::Map { parent, key } => {
+            let base = ignored_path(parent);
+            if base.is_empty() {
+                key.clone()
+            } else {
+                format!("{base}.{key}")
+            }
+        }
+        P::Some { parent } | P::NewtypeStruct { parent } | P::NewtypeVariant { parent } => {
+            ignored_path(parent)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(text: &str) -> (Vec<Object>, Vec<String>) {
+        let (o, p) = parse(Path::new("t.yaml"), text, UnknownFields::Error);
+        (o, p.iter().map(|p| p.to_string()).collect())
+    }
+
+    #[test]
+    fn multi_document_with_a_bad_one() {
+        let (o, p) = run(
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec: {containers: [{name: c, image: host}]}\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: cm}\ndata: {k: v}\n",
+        );
+        assert_eq!(o.len(), 2);
+        assert_eq!(
+            p,
+            vec![
+                "t.yaml: default/d: document[1].kind: apps/v1/Deployment is not supported here (only v1 Pod, ConfigMap and Secret)"
+            ]
+        );
+    }
+
+    #[test]
+    fn unknown_fields_have_paths() {
+        let (o, p) = run(
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: a, namespace: x}\nspec:\n  containers:\n  - name: c\n    image: host\n    comand: [/bin/true]\n",
+        );
+        assert!(o.is_empty());
+        assert_eq!(
+            p,
+            vec![
+                "t.yaml: x/a: spec.containers[0].comand: unknown field (a typo? it would be ignored)"
+            ]
+        );
+    }
+
+    #[test]
+    fn type_errors_have_paths() {
+        let (_, p) = run(
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec:\n  containers:\n  - name: c\n    args: {x: 1}\n",
+        );
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert!(
+            p[0].starts_with("t.yaml: default/a: spec.containers[0].args: invalid type"),
+            "{p:?}"
+        );
+    }
+
+    #[test]
+    fn duplicate_keys_and_aliases_are_refused() {
+        let (_, p) = run("apiVersion: v1\nkind: Pod\nkind: Pod\n");
+        assert!(p[0].contains("not valid YAML"), "{p:?}");
+        let mut bomb = String::from("a: &a [x,x,x,x,x,x,x,x,x,x]\n");
+        for i in 1..12 {
+            bomb.push_str(&format!(
+                "{}: &{} [*{},*{},*{},*{},*{},*{},*{},*{},*{},*{}]\n",
+                (b'a' + i) as char,
+                (b'a' + i) as char,
+                (b'a' + i - 1) as char,
+                (b'a' + i - 1) as char,
+                (b'a' + i - 1) as char,
+                (b'a' + i - 1) as char,
+                (b'a' + i - 1) as char,
+                (b'a' + i - 1) as char,
+                (b'a' + i - 1) as char,
+                (b'a' + i - 1) as char,
+                (b'a' + i - 1) as char,
+                (b'a' + i - 1) as char
+            ));
+        }
+        let (_, p) = run(&bomb);
+        assert!(p[0].contains("not valid YAML"), "{p:?}");
+    }
+}

@@ -1,0 +1,156 @@
+//! What must happen on the host when a pod starts, written by the generator next to the units and
+//! carried out by `podunit pod-prepare` (DESIGN.md §6: the generator itself never touches the host).
+//!
+//! A plan never holds a Secret's or ConfigMap's values, only references to them: it lives in the
+//! world-readable generator directory. Values are resolved when the pod starts.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Where the generator puts plans, relative to its output directory.
+pub const PLAN_DIR: &str = "podunit";
+/// The normal generator directory of the system manager, where the pod unit finds its plan.
+pub const GENERATOR_DIR: &str = "/run/systemd/generator";
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodPlan {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    /// The manifest, for messages.
+    pub source: String,
+    /// `/var/lib/podunit/pods/<uid>`: survives reboots (emptyDir on disk).
+    pub state_dir: String,
+    /// `/run/podunit/pods/<uid>`: tmpfs, 0700 (files of secret and configMap volumes, env files).
+    pub runtime_dir: String,
+    pub volumes: Vec<VolumePlan>,
+    pub env_files: Vec<EnvFilePlan>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VolumePlan {
+    pub name: String,
+    /// The host directory (or hostPath) the containers bind.
+    pub path: String,
+    #[serde(flatten)]
+    pub kind: VolumeKind,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "type")]
+pub enum VolumeKind {
+    /// A directory created empty for the pod (0777, as the kubelet makes it); `memory` = tmpfs.
+    EmptyDir {
+        memory: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        size_limit: Option<u64>,
+    },
+    /// A host path checked (and maybe created) as its `type` says.
+    HostPath {
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        host_type: String,
+    },
+    /// Files written fresh at each pod start (configMap, secret, downwardAPI, projected).
+    Files {
+        sources: Vec<FileSource>,
+        /// Owner of the files.
+        uid: u32,
+        gid: u32,
+        /// The volume's defaultMode.
+        mode: u32,
+    },
+}
+
+/// One source of files in a volume.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "type")]
+pub enum FileSource {
+    /// All keys (items None) or the listed ones of a ConfigMap or Secret.
+    Object {
+        secret: bool,
+        name: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        items: Option<Vec<KeyFile>>,
+        optional: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        mode: Option<u32>,
+    },
+    /// A file whose content the generator knew (downward API fields: labels, names, limits).
+    Literal {
+        path: String,
+        content: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        mode: Option<u32>,
+    },
+    /// A service account token, requested from the API server by podunit-sync (cluster mode).
+    ServiceAccountToken {
+        path: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        audience: Option<String>,
+        expiration_seconds: i64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        mode: Option<u32>,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KeyFile {
+    pub key: String,
+    pub path: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<u32>,
+}
+
+/// The environment file of one container: the variables whose values exist only at start time.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EnvFilePlan {
+    pub container: String,
+    pub path: String,
+    /// In Kubernetes order (envFrom first, then env); later entries win.
+    pub entries: Vec<EnvEntry>,
+    /// Names that a later `Environment=` value overrides: never written to the file, since
+    /// systemd lets EnvironmentFile= win over Environment= and Kubernetes lets the later entry win.
+    pub overridden: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "type")]
+pub enum EnvEntry {
+    /// A value known at generation; kept here because later runtime values may reference it.
+    Value { name: String, value: String },
+    /// One key of a ConfigMap or Secret.
+    Key {
+        name: String,
+        secret: bool,
+        object: String,
+        key: String,
+        optional: bool,
+    },
+    /// Every key of a ConfigMap or Secret, prefixed.
+    All {
+        secret: bool,
+        object: String,
+        prefix: String,
+        optional: bool,
+    },
+    /// A value with `$(VAR)` references to runtime values, expanded at start.
+    Template { name: String, template: String },
+    /// The node's IP (status.hostIP, status.podIP on the host network).
+    HostIp { name: String },
+}
+
+impl PodPlan {
+    /// The plan's file name in [`PLAN_DIR`].
+    pub fn file_name(pod_unit: &str) -> String {
+        format!("{}.json", pod_unit.trim_end_matches(".service"))
+    }
+}
+
+/// Labels and annotations formatted as the kubelet writes them into downward API files.
+pub fn format_map(map: &BTreeMap<String, String>) -> String {
+    map.iter().map(|(k, v)| format!("{k}={v:?}\n")).collect()
+}

@@ -1,0 +1,445 @@
+//! `podunit pod-prepare` / `pod-cleanup`: the start-time work of a pod, run by its pod unit
+//! (ExecStart= / ExecStopPost=). Creates volume directories, writes configMap, secret and downward
+//! API files with their owner and mode, checks hostPaths, and writes the env files whose values exist
+//! only now. Secret values go only into root-only files on tmpfs.
+
+use crate::escape;
+use crate::manifest::Catalog;
+use crate::paths::Paths;
+use crate::plan::{EnvEntry, EnvFilePlan, FileSource, PodPlan, VolumeKind, VolumePlan};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::fs;
+use std::io::{self, Write};
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+#[derive(Debug)]
+pub enum PrepareError {
+    Io {
+        path: PathBuf,
+        error: io::Error,
+    },
+    /// A ConfigMap or Secret (or one of its keys) the pod needs is not there.
+    Missing {
+        what: String,
+    },
+    /// A hostPath is not what its `type` demands.
+    HostPathType {
+        path: String,
+        expected: String,
+    },
+    /// A value cannot be written to an env file.
+    Env {
+        name: String,
+        error: escape::EscapeError,
+    },
+    /// A path in the plan would leave its volume.
+    Escapes {
+        path: String,
+    },
+}
+
+impl fmt::Display for PrepareError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PrepareError::Io { path, error } => write!(f, "{}: {error}", path.display()),
+            PrepareError::Missing { what } => write!(f, "{what} not found"),
+            PrepareError::HostPathType { path, expected } => {
+                write!(f, "hostPath {path:?} is not {expected}")
+            }
+            PrepareError::Env { name, error } => {
+                write!(f, "environment variable {name:?}: {error}")
+            }
+            PrepareError::Escapes { path } => write!(f, "{path:?} leaves its volume"),
+        }
+    }
+}
+
+impl std::error::Error for PrepareError {}
+
+fn io_err(path: &Path) -> impl FnOnce(io::Error) -> PrepareError + '_ {
+    move |error| PrepareError::Io {
+        path: path.to_path_buf(),
+        error,
+    }
+}
+
+/// The data of a ConfigMap or Secret, as bytes per key.
+fn object_data(
+    catalog: &Catalog,
+    ns: &str,
+    secret: bool,
+    name: &str,
+) -> Option<BTreeMap<String, Vec<u8>>> {
+    let key = (ns.to_string(), name.to_string());
+    let mut out = BTreeMap::new();
+    if secret {
+        let (s, _) = catalog.secrets.get(&key)?;
+        for (k, v) in s.data.iter().flatten() {
+            out.insert(k.clone(), v.0.clone());
+        }
+        for (k, v) in s.string_data.iter().flatten() {
+            out.insert(k.clone(), v.clone().into_bytes());
+        }
+    } else {
+        let (c, _) = catalog.config_maps.get(&key)?;
+        for (k, v) in c.data.iter().flatten() {
+            out.insert(k.clone(), v.clone().into_bytes());
+        }
+        for (k, v) in c.binary_data.iter().flatten() {
+            out.insert(k.clone(), v.0.clone());
+        }
+    }
+    Some(out)
+}
+
+fn kind(secret: bool) -> &'static str {
+    if secret { "Secret" } else { "ConfigMap" }
+}
+
+/// Prepares the pod described by `plan`. `node_ip` fills status.hostIP / status.podIP.
+pub fn prepare(
+    plan: &PodPlan,
+    paths: &Paths,
+    catalog: &Catalog,
+    node_ip: &str,
+) -> Result<(), PrepareError> {
+    let state = paths.host(&plan.state_dir);
+    let runtime = paths.host(&plan.runtime_dir);
+    mkdir(&state, 0o700)?;
+    mkdir(&runtime, 0o700)?;
+    for v in &plan.volumes {
+        prepare_volume(plan, paths, catalog, v)?;
+    }
+    if !plan.env_files.is_empty() {
+        mkdir(&runtime.join("env"), 0o700)?;
+    }
+    for f in &plan.env_files {
+        let text = env_file(plan, catalog, f, node_ip)?;
+        write_file(&paths.host(&f.path), text.as_bytes(), 0, 0, 0o600)?;
+    }
+    Ok(())
+}
+
+/// Removes the pod's runtime files (secrets and env files). Persistent state stays until the pod is
+/// deleted, as the kubelet keeps emptyDir across container restarts and reboots.
+pub fn cleanup(plan: &PodPlan, paths: &Paths) -> Result<(), PrepareError> {
+    let runtime = paths.host(&plan.runtime_dir);
+    match fs::remove_dir_all(&runtime) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(PrepareError::Io {
+            path: runtime,
+            error: e,
+        }),
+    }
+}
+
+fn mkdir(path: &Path, mode: u32) -> Result<(), PrepareError> {
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(mode)
+        .create(path)
+        .map_err(io_err(path))?;
+    fs::set_permissions(path, fs::Permissions::from_mode(mode)).map_err(io_err(path))
+}
+
+/// Writes a file atomically with its owner and mode set before it becomes visible.
+fn write_file(path: &Path, data: &[u8], uid: u32, gid: u32, mode: u32) -> Result<(), PrepareError> {
+    if let Some(parent) = path.parent() {
+        fs::create_dir_all(parent).map_err(io_err(parent))?;
+    }
+    let tmp = path.with_extension(format!("podunit-tmp{}", std::process::id()));
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(io_err(&tmp))?;
+    f.write_all(data).map_err(io_err(&tmp))?;
+    std::os::unix::fs::fchown(&f, Some(uid), Some(gid)).map_err(io_err(&tmp))?;
+    f.set_permissions(fs::Permissions::from_mode(mode))
+        .map_err(io_err(&tmp))?;
+    f.sync_all().map_err(io_err(&tmp))?;
+    fs::rename(&tmp, path).map_err(io_err(path))
+}
+
+fn prepare_volume(
+    plan: &PodPlan,
+    paths: &Paths,
+    catalog: &Catalog,
+    v: &VolumePlan,
+) -> Result<(), PrepareError> {
+    let dir = paths.host(&v.path);
+    match &v.kind {
+        VolumeKind::EmptyDir { .. } => {
+            // The kubelet makes emptyDir world-writable so any container user can use it.
+            mkdir(&dir, 0o777)
+        }
+        VolumeKind::HostPath { host_type } => check_host_path(&dir, &v.path, host_type),
+        VolumeKind::Files {
+            sources,
+            uid,
+            gid,
+            mode,
+        } => {
+            // Written into a fresh directory, then swapped in: containers never see half a volume.
+            let fresh = dir.with_file_name(format!(".{}.new", v.name));
+            let _ = fs::remove_dir_all(&fresh);
+            mkdir(&fresh, 0o755)?;
+            std::os::unix::fs::chown(&fresh, Some(*uid), Some(*gid)).map_err(io_err(&fresh))?;
+            for s in sources {
+                write_source(plan, catalog, &fresh, s, *uid, *gid, *mode)?;
+            }
+            let _ = fs::remove_dir_all(&dir);
+            fs::rename(&fresh, &dir).map_err(io_err(&dir))
+        }
+    }
+}
+
+fn check_host_path(path: &Path, shown: &str, t: &str) -> Result<(), PrepareError> {
+    let meta = fs::metadata(path);
+    let bad = |expected: &str| {
+        Err(PrepareError::HostPathType {
+            path: shown.to_string(),
+            expected: expected.to_string(),
+        })
+    };
+    match t {
+        "" => Ok(()),
+        "DirectoryOrCreate" => match meta {
+            Ok(m) if m.is_dir() => Ok(()),
+            Ok(_) => bad("a directory"),
+            Err(_) => mkdir(path, 0o755),
+        },
+        "FileOrCreate" => match meta {
+            Ok(m) if m.is_file() => Ok(()),
+            Ok(_) => bad("a file"),
+            Err(_) => {
+                fs::OpenOptions::new()
+                    .write(true)
+                    .create(true)
+                    .truncate(false)
+                    .mode(0o644)
+                    .open(path)
+                    .map_err(io_err(path))?;
+                Ok(())
+            }
+        },
+        "Directory" => {
+            if meta.is_ok_and(|m| m.is_dir()) {
+                Ok(())
+            } else {
+                bad("an existing directory")
+            }
+        }
+        "File" => {
+            if meta.is_ok_and(|m| m.is_file()) {
+                Ok(())
+            } else {
+                bad("an existing file")
+            }
+        }
+        "Socket" => {
+            if meta.is_ok_and(|m| m.file_type().is_socket()) {
+                Ok(())
+            } else {
+                bad("a socket")
+            }
+        }
+        "CharDevice" => {
+            if meta.is_ok_and(|m| m.file_type().is_char_device()) {
+                Ok(())
+            } else {
+                bad("a character device")
+            }
+        }
+        "BlockDevice" => {
+            if meta.is_ok_and(|m| m.file_type().is_block_device()) {
+                Ok(())
+            } else {
+                bad("a block device")
+            }
+        }
+        other => bad(other),
+    }
+}
+
+fn write_source(
+    plan: &PodPlan,
+    catalog: &Catalog,
+    dir: &Path,
+    s: &FileSource,
+    uid: u32,
+    gid: u32,
+    mode: u32,
+) -> Result<(), PrepareError> {
+    let put = |rel: &str, data: &[u8], m: Option<u32>| -> Result<(), PrepareError> {
+        let path = crate::paths::join_inside(dir, rel).ok_or_else(|| PrepareError::Escapes {
+            path: rel.to_string(),
+        })?;
+        write_file(&path, data, uid, gid, m.unwrap_or(mode))
+    };
+    match s {
+        FileSource::Object {
+            secret,
+            name,
+            items,
+            optional,
+            mode: m,
+        } => {
+            let Some(data) = object_data(catalog, &plan.namespace, *secret, name) else {
+                if *optional {
+                    return Ok(());
+                }
+                return Err(PrepareError::Missing {
+                    what: format!("{} {}/{name}", kind(*secret), plan.namespace),
+                });
+            };
+            match items {
+                None => {
+                    for (k, v) in &data {
+                        put(k, v, *m)?;
+                    }
+                }
+                Some(items) => {
+                    for it in items {
+                        match data.get(&it.key) {
+                            Some(v) => put(&it.path, v, it.mode.or(*m))?,
+                            None if *optional => {}
+                            None => {
+                                return Err(PrepareError::Missing {
+                                    what: format!(
+                                        "key {:?} of {} {}/{name}",
+                                        it.key,
+                                        kind(*secret),
+                                        plan.namespace
+                                    ),
+                                });
+                            }
+                        }
+                    }
+                }
+            }
+            Ok(())
+        }
+        FileSource::Literal {
+            path,
+            content,
+            mode: m,
+        } => put(path, content.as_bytes(), *m),
+        FileSource::ServiceAccountToken { path, mode: m, .. } => {
+            // podunit-sync requests the token from the API server and leaves it here for us.
+            let issued = Path::new(&plan.runtime_dir).join("tokens").join(path);
+            let token = fs::read(&issued).map_err(|_| PrepareError::Missing {
+                what: format!(
+                    "service account token {path:?} (issued by podunit-sync in cluster mode)"
+                ),
+            })?;
+            put(path, &token, *m)
+        }
+    }
+}
+
+/// The text of one env file: Kubernetes order (later wins), `$(VAR)` expanded over what came before.
+fn env_file(
+    plan: &PodPlan,
+    catalog: &Catalog,
+    f: &EnvFilePlan,
+    node_ip: &str,
+) -> Result<String, PrepareError> {
+    let mut vars: Vec<(String, String)> = Vec::new();
+    let set = |vars: &mut Vec<(String, String)>, k: String, v: String| {
+        vars.retain(|(n, _)| *n != k);
+        vars.push((k, v));
+    };
+    for e in &f.entries {
+        match e {
+            EnvEntry::Value { name, value } => set(&mut vars, name.clone(), value.clone()),
+            EnvEntry::HostIp { name } => set(&mut vars, name.clone(), node_ip.to_string()),
+            EnvEntry::Template { name, template } => {
+                let map: BTreeMap<&str, &str> =
+                    vars.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+                let v = expand_runtime(template, &map);
+                set(&mut vars, name.clone(), v);
+            }
+            EnvEntry::Key {
+                name,
+                secret,
+                object,
+                key,
+                optional,
+            } => {
+                match object_data(catalog, &plan.namespace, *secret, object)
+                    .and_then(|d| d.get(key).cloned())
+                {
+                    Some(v) => set(
+                        &mut vars,
+                        name.clone(),
+                        String::from_utf8_lossy(&v).into_owned(),
+                    ),
+                    None if *optional => {}
+                    None => {
+                        return Err(PrepareError::Missing {
+                            what: format!(
+                                "key {key:?} of {} {}/{object}",
+                                kind(*secret),
+                                plan.namespace
+                            ),
+                        });
+                    }
+                }
+            }
+            EnvEntry::All {
+                secret,
+                object,
+                prefix,
+                optional,
+            } => match object_data(catalog, &plan.namespace, *secret, object) {
+                Some(d) => {
+                    for (k, v) in d {
+                        let name = format!("{prefix}{k}");
+                        // The kubelet skips keys that are not valid variable names.
+                        if crate::validate::is_env_name(&name) {
+                            set(&mut vars, name, String::from_utf8_lossy(&v).into_owned());
+                        }
+                    }
+                }
+                None if *optional => {}
+                None => {
+                    return Err(PrepareError::Missing {
+                        what: format!("{} {}/{object}", kind(*secret), plan.namespace),
+                    });
+                }
+            },
+        }
+    }
+    let mut out = String::new();
+    for (k, v) in vars.iter().filter(|(k, _)| !f.overridden.contains(k)) {
+        out.push_str(
+            &escape::env_file_line(k, v).map_err(|error| PrepareError::Env {
+                name: k.clone(),
+                error,
+            })?,
+        );
+    }
+    Ok(out)
+}
+
+/// `$(VAR)` expansion with every value known (the same rules as at generation).
+fn expand_runtime(template: &str, vars: &BTreeMap<&str, &str>) -> String {
+    crate::translate::env::expand_known(template, &|n| vars.get(n).map(|v| v.to_string()))
+}
+
+/// The node's primary IPv4 address (the source address of its default route); loopback when the
+/// host has no route. Connecting a UDP socket sends nothing.
+pub fn node_ip() -> String {
+    let probe = || -> io::Result<String> {
+        let s = std::net::UdpSocket::bind("0.0.0.0:0")?;
+        s.connect("192.0.2.1:9")?;
+        Ok(s.local_addr()?.ip().to_string())
+    };
+    probe().unwrap_or_else(|_| "127.0.0.1".into())
+}

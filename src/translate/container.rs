@@ -1,0 +1,329 @@
+//! One container -> one service unit.
+
+use super::image::{self, ImageResolver, ImageRoot};
+use super::volumes::{self, Ownership};
+use super::{Fault, NodeFacts, env, resources, security};
+use crate::escape::Arg;
+use crate::manifest::PodEntry;
+use crate::naming;
+use crate::paths::Paths;
+use crate::plan::{EnvFilePlan, PodPlan};
+use crate::unit::{UnitFile, Value};
+use k8s_openapi::api::core::v1::{Container, Pod};
+
+/// The kubelet's first CrashLoopBackOff delay, and its cap.
+const BACKOFF_INITIAL: &str = "10s";
+const BACKOFF_MAX: &str = "5min";
+const BACKOFF_STEPS: &str = "5";
+
+pub struct PodContext<'a> {
+    pub entry: &'a PodEntry,
+    pub node: &'a NodeFacts,
+    pub images: &'a dyn ImageResolver,
+    pub pod_unit: &'a str,
+    pub slice: &'a str,
+    pub plan: &'a PodPlan,
+}
+
+pub struct Built {
+    pub unit: UnitFile,
+    pub env_file: Option<EnvFilePlan>,
+    pub warnings: Vec<Fault>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Init,
+    Sidecar,
+    App,
+}
+
+/// `LogExtraFields=` so `journalctl POD_NAME=web` finds a pod's logs.
+pub fn log_fields(
+    ns: &str,
+    pod: &str,
+    uid: &str,
+    container: Option<&str>,
+) -> Vec<(String, String)> {
+    let mut v = vec![
+        ("POD_NAMESPACE".to_string(), ns.to_string()),
+        ("POD_NAME".to_string(), pod.to_string()),
+        ("POD_UID".to_string(), uid.to_string()),
+    ];
+    if let Some(c) = container {
+        v.push(("CONTAINER_NAME".to_string(), c.to_string()));
+    }
+    v
+}
+
+/// The owner of a volume's files: the user of the containers mounting it when they all agree.
+pub fn volume_owner(pod: &Pod, volume: &str) -> Ownership {
+    let Some(spec) = &pod.spec else {
+        return Ownership { uid: 0, gid: 0 };
+    };
+    let psc = spec.security_context.as_ref();
+    let mut ids = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .chain(&spec.containers)
+        .filter(|c| c.volume_mounts.iter().flatten().any(|m| m.name == volume))
+        .map(|c| security::identity(psc, c.security_context.as_ref()));
+    let first = ids.next();
+    let agreed = first.filter(|f| ids.all(|i| i == *f));
+    let id = agreed.unwrap_or(security::Identity {
+        uid: None,
+        gid: None,
+    });
+    let fs_group = psc.and_then(|p| p.fs_group);
+    let clamp = |v: Option<i64>| v.and_then(|v| u32::try_from(v).ok()).unwrap_or(0);
+    Ownership {
+        uid: clamp(id.uid),
+        gid: clamp(fs_group.or(id.gid)),
+    }
+}
+
+/// All container units of the pod, init containers first, in order.
+pub fn all(ctx: &PodContext<'_>) -> Result<Vec<Built>, Vec<Fault>> {
+    let spec = ctx.entry.pod.spec.as_ref().expect("validated");
+    let mut out = Vec::new();
+    let mut faults = Vec::new();
+    // Units started before the next one: (unit, is it a sidecar).
+    let mut before: Vec<(String, bool)> = Vec::new();
+    for (i, c) in spec.init_containers.iter().flatten().enumerate() {
+        let role = if c.restart_policy.as_deref() == Some("Always") {
+            Role::Sidecar
+        } else {
+            Role::Init
+        };
+        match one(ctx, c, role, &format!("spec.initContainers[{i}]"), &before) {
+            Ok(b) => {
+                before.push((b.unit.name.clone(), role == Role::Sidecar));
+                out.push(b);
+            }
+            Err(f) => faults.extend(f),
+        }
+    }
+    for (i, c) in spec.containers.iter().enumerate() {
+        match one(ctx, c, Role::App, &format!("spec.containers[{i}]"), &before) {
+            Ok(b) => out.push(b),
+            Err(f) => faults.extend(f),
+        }
+    }
+    if faults.is_empty() {
+        Ok(out)
+    } else {
+        Err(faults)
+    }
+}
+
+fn one(
+    ctx: &PodContext<'_>,
+    c: &Container,
+    role: Role,
+    path: &str,
+    before: &[(String, bool)],
+) -> Result<Built, Vec<Fault>> {
+    let entry = ctx.entry;
+    let (ns, pod_name, uid) = (entry.namespace(), entry.name(), entry.uid());
+    let spec = entry.pod.spec.as_ref().expect("validated");
+    let mut faults = Vec::new();
+    let warnings = Vec::new();
+    let unit_name = naming::container_service(ns, pod_name, &c.name);
+    let mut u = UnitFile::new(unit_name);
+    u.header = super::header(&entry.file.display().to_string());
+
+    let env_path = format!("{}/{uid}/env/{}.env", Paths::RUNTIME, c.name);
+    let cenv = match env::container_env(&entry.pod, c, ctx.node, &env_path, path) {
+        Ok(e) => e,
+        Err(f) => return Err(vec![f]),
+    };
+
+    // [Unit]: ordering and lifetime, all bound to the pod unit.
+    let un = u.section("Unit");
+    let what = match role {
+        Role::Init => "Init container",
+        Role::Sidecar => "Sidecar container",
+        Role::App => "Container",
+    };
+    un.add(
+        "Description",
+        Value::Plain(format!("{what} {} of pod {ns}/{pod_name}", c.name)),
+    );
+    un.add("SourcePath", Value::Path(entry.file.display().to_string()));
+    un.trusted("Requires", ctx.pod_unit);
+    un.trusted("After", ctx.pod_unit);
+    // Stopping or restarting the pod stops or restarts every container; not the other way round.
+    un.trusted("PartOf", ctx.pod_unit);
+    for (prev, sidecar) in before {
+        // A failed init container blocks what follows it; a sidecar's restart does not stop it.
+        un.trusted(if *sidecar { "Wants" } else { "Requires" }, prev.clone());
+        un.trusted("After", prev.clone());
+    }
+    if ctx.node.private_network && spec.host_network != Some(true) {
+        un.trusted("JoinsNamespaceOf", ctx.pod_unit);
+    }
+    // Never give up restarting (kubelet semantics): no start rate limit.
+    un.trusted("StartLimitIntervalSec", "0");
+    un.add("X-PodunitPod", Value::Plain(format!("{ns}/{pod_name}")));
+    un.add("X-PodunitContainer", Value::Plain(c.name.clone()));
+    un.add("X-PodunitUid", Value::Plain(uid.to_string()));
+
+    let svc = u.section("Service");
+    let pod_policy = spec.restart_policy.as_deref().unwrap_or("Always");
+    match role {
+        Role::Init => {
+            svc.trusted("Type", "oneshot");
+            // Stays active once done, so an app container's restart does not run it again.
+            svc.trusted("RemainAfterExit", "yes");
+            // Init containers may run as long as they need.
+            svc.trusted("TimeoutStartSec", "infinity");
+            // The kubelet retries failed init containers unless the pod never restarts.
+            svc.trusted(
+                "Restart",
+                if pod_policy == "Never" {
+                    "no"
+                } else {
+                    "on-failure"
+                },
+            );
+        }
+        Role::Sidecar => {
+            svc.trusted("Type", "exec");
+            svc.trusted("Restart", "always");
+        }
+        Role::App => {
+            svc.trusted("Type", "exec");
+            svc.trusted(
+                "Restart",
+                match pod_policy {
+                    "OnFailure" => "on-failure",
+                    "Never" => "no",
+                    _ => "always",
+                },
+            );
+        }
+    }
+    svc.trusted("RestartSec", BACKOFF_INITIAL);
+    if ctx.node.restart_steps {
+        svc.trusted("RestartSteps", BACKOFF_STEPS);
+        svc.trusted("RestartMaxDelaySec", BACKOFF_MAX);
+    }
+    svc.trusted("Slice", ctx.slice);
+
+    // Root filesystem.
+    let image_ref = c.image.as_deref().unwrap_or_default();
+    match image::resolve(image_ref, ctx.images) {
+        Ok(ImageRoot::Host) => {}
+        Ok(ImageRoot::Directory(d)) => {
+            svc.add("RootDirectory", Value::Path(d));
+        }
+        Ok(ImageRoot::File(f)) => {
+            svc.add("RootImage", Value::Path(f));
+        }
+        Err(m) => faults.push(Fault::new(format!("{path}.image"), m)),
+    }
+
+    // Command line: command + args, after $(VAR) expansion.
+    let argv: Vec<Arg> = c
+        .command
+        .iter()
+        .flatten()
+        .chain(c.args.iter().flatten())
+        .map(|s| cenv.expand_arg(s))
+        .collect();
+    if c.command.as_ref().is_none_or(|v| v.is_empty()) {
+        faults.push(Fault::new(
+            format!("{path}.command"),
+            "required: podunit does not read an image's entrypoint, so the command must be given",
+        ));
+    } else {
+        svc.add("ExecStart", Value::Exec(argv));
+    }
+    if let Some(lc) = &c.lifecycle {
+        if let Some(cmd) = lc
+            .post_start
+            .as_ref()
+            .and_then(|h| h.exec.as_ref())
+            .and_then(|e| e.command.as_ref())
+        {
+            svc.add(
+                "ExecStartPost",
+                Value::Exec(cmd.iter().map(|s| cenv.expand_arg(s)).collect()),
+            );
+        }
+        if let Some(cmd) = lc
+            .pre_stop
+            .as_ref()
+            .and_then(|h| h.exec.as_ref())
+            .and_then(|e| e.command.as_ref())
+        {
+            svc.add(
+                "ExecStop",
+                Value::Exec(cmd.iter().map(|s| cenv.expand_arg(s)).collect()),
+            );
+        }
+    }
+    if let Some(wd) = c.working_dir.as_deref().filter(|w| !w.is_empty()) {
+        svc.add("WorkingDirectory", Value::Path(wd.to_string()));
+    }
+    if !cenv.static_env.is_empty() {
+        svc.add("Environment", Value::Env(cenv.static_env.clone()));
+    }
+    if let Some(f) = &cenv.file {
+        svc.add("EnvironmentFile", Value::Path(f.path.clone()));
+    }
+
+    // Identity and sandbox.
+    if let Err(f) = security::apply(svc, spec.security_context.as_ref(), c, path, &[]) {
+        faults.push(f);
+    }
+    // Resources.
+    if let Err(f) = resources::apply(svc, c.resources.as_ref(), &format!("{path}.resources")) {
+        faults.push(f);
+    }
+
+    // Volumes.
+    match volumes::binds(c, &ctx.plan.volumes, path) {
+        Ok(binds) => {
+            for (src, dst, ro) in binds {
+                svc.add(
+                    if ro { "BindReadOnlyPaths" } else { "BindPaths" },
+                    Value::Bind(src, dst),
+                );
+            }
+        }
+        Err(f) => faults.push(f),
+    }
+
+    // Stopping: SIGTERM to the main process, then SIGKILL to all after the grace period.
+    let grace = spec.termination_grace_period_seconds.unwrap_or(30);
+    svc.trusted("KillMode", "mixed");
+    svc.trusted("KillSignal", "SIGTERM");
+    svc.trusted("TimeoutStopSec", format!("{grace}s"));
+    svc.trusted("SendSIGKILL", "yes");
+    svc.add(
+        "SyslogIdentifier",
+        Value::Plain(format!("{pod_name}/{}", c.name)),
+    );
+    svc.add(
+        "LogExtraFields",
+        Value::LogFields(log_fields(ns, pod_name, uid, Some(&c.name))),
+    );
+
+    if !faults.is_empty() {
+        return Err(faults);
+    }
+    // Check that every untrusted value encodes now, so a bad one is a located fault, not a failed write.
+    if let Err(e) = u.render() {
+        return Err(vec![Fault::new(
+            path.to_string(),
+            format!("{}= cannot be written safely: {}", e.key, e.error),
+        )]);
+    }
+    Ok(Built {
+        unit: u,
+        env_file: cenv.file,
+        warnings,
+    })
+}

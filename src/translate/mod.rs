@@ -1,0 +1,257 @@
+//! The translation: one pod -> its units, symlinks and start-time plan. A pure function of the
+//! manifest and a few facts about the node; it reads and writes nothing.
+
+pub mod container;
+pub mod env;
+pub mod image;
+pub mod resources;
+pub mod security;
+pub mod volumes;
+
+use crate::diag::Problem;
+use crate::manifest::PodEntry;
+use crate::naming;
+use crate::paths::Paths;
+use crate::plan::{PLAN_DIR, PodPlan};
+use crate::unit::{UnitFile, Value};
+use image::ImageResolver;
+
+/// A problem found while translating, located by field path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fault {
+    pub path: String,
+    pub message: String,
+}
+
+impl Fault {
+    pub fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
+        Fault {
+            path: path.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// What the translation needs to know about the node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeFacts {
+    pub node_name: String,
+    /// Capacity, for `resourceFieldRef` of unset limits.
+    pub cpu_millis: u64,
+    pub memory_bytes: u64,
+    /// Give each pod a private, loopback-only network namespace (node config `network: private`).
+    pub private_network: bool,
+    /// systemd is new enough (254+) for `RestartSteps=`/`RestartMaxDelaySec=`.
+    pub restart_steps: bool,
+}
+
+impl Default for NodeFacts {
+    fn default() -> Self {
+        NodeFacts {
+            node_name: "localhost".into(),
+            cpu_millis: 1000,
+            memory_bytes: 1 << 30,
+            private_network: false,
+            restart_steps: false,
+        }
+    }
+}
+
+/// A file in the generated tree: a unit, a symlink, or a plan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Output {
+    Unit(UnitFile),
+    /// `link` (relative to the output dir) -> `target`.
+    Symlink {
+        link: String,
+        target: String,
+    },
+    /// A non-unit file (relative path, content).
+    File {
+        path: String,
+        content: String,
+    },
+}
+
+/// Everything one pod becomes.
+#[derive(Debug, Clone)]
+pub struct PodUnits {
+    pub pod_unit: String,
+    pub outputs: Vec<Output>,
+    pub plan: PodPlan,
+    /// Accepted-with-a-warning findings.
+    pub warnings: Vec<Problem>,
+}
+
+/// Translates one validated pod. Errors name the field that cannot be honoured.
+pub fn translate(
+    entry: &PodEntry,
+    node: &NodeFacts,
+    images: &dyn ImageResolver,
+) -> Result<PodUnits, Vec<Problem>> {
+    let fault = |f: Fault| {
+        Problem::error(&entry.file, f.message)
+            .pod(entry.key())
+            .at(f.path)
+    };
+    let ns = entry.namespace();
+    let name = entry.name();
+    let uid = entry.uid();
+    let pod = &entry.pod;
+    let spec = pod.spec.as_ref().ok_or_else(|| {
+        vec![
+            Problem::error(&entry.file, "required")
+                .pod(entry.key())
+                .at("spec"),
+        ]
+    })?;
+    let pod_unit = naming::pod_service(ns, name);
+    let slice = naming::pod_slice(ns, name);
+    let source = entry.file.display().to_string();
+    let plan_file = format!(
+        "{}/{PLAN_DIR}/{}",
+        crate::plan::GENERATOR_DIR,
+        PodPlan::file_name(&pod_unit)
+    );
+
+    let mut errors = Vec::new();
+    // Volumes first: containers bind them.
+    let mut vol_plans = Vec::new();
+    for (i, v) in spec
+        .volumes
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .enumerate()
+    {
+        let owner = container::volume_owner(pod, &v.name);
+        match volumes::plan(pod, node, v, &owner, &format!("spec.volumes[{i}]")) {
+            Ok(p) => vol_plans.push(p),
+            Err(f) => errors.push(fault(f)),
+        }
+    }
+    let mut plan = PodPlan {
+        namespace: ns.to_string(),
+        name: name.to_string(),
+        uid: uid.to_string(),
+        source: source.clone(),
+        state_dir: format!("{}/{uid}", Paths::STATE),
+        runtime_dir: format!("{}/{uid}", Paths::RUNTIME),
+        volumes: vol_plans,
+        env_files: Vec::new(),
+    };
+
+    let mut outputs = Vec::new();
+    let ctx = container::PodContext {
+        entry,
+        node,
+        images,
+        pod_unit: &pod_unit,
+        slice: &slice,
+        plan: &plan,
+    };
+    let mut containers = Vec::new();
+    match container::all(&ctx) {
+        Ok(cs) => containers = cs,
+        Err(fs) => errors.extend(fs.into_iter().map(fault)),
+    }
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    for c in &containers {
+        if let Some(f) = &c.env_file {
+            plan.env_files.push(f.clone());
+        }
+    }
+
+    // The slice: the pod's cgroup, with pod-level resources.
+    let mut s = UnitFile::new(slice.clone());
+    s.header = header(&source);
+    let u = s.section("Unit");
+    u.add("Description", Value::Plain(format!("Pod {ns}/{name}")));
+    u.add("SourcePath", Value::Path(source.clone()));
+    let sl = s.section("Slice");
+    if let Err(f) = resources::apply(sl, spec.resources.as_ref(), "spec.resources") {
+        return Err(vec![fault(f)]);
+    }
+    outputs.push(Output::Unit(s));
+
+    // The pod unit: prepares the pod's files when it starts, removes runtime files when it stops.
+    let mut p = UnitFile::new(pod_unit.clone());
+    p.header = header(&source);
+    let u = p.section("Unit");
+    u.add("Description", Value::Plain(format!("Pod {ns}/{name}")));
+    u.add("Documentation", Value::Trusted("man:podunit(1)".into()));
+    u.add("SourcePath", Value::Path(source.clone()));
+    u.trusted("After", "network.target");
+    u.trusted("PartOf", naming::TARGET);
+    u.add("X-PodunitPod", Value::Plain(format!("{ns}/{name}")));
+    u.add("X-PodunitUid", Value::Plain(uid.to_string()));
+    let svc = p.section("Service");
+    svc.trusted("Type", "oneshot");
+    svc.trusted("RemainAfterExit", "yes");
+    svc.trusted("Slice", slice.clone());
+    let bin = escape_arg(Paths::PODUNIT_BIN);
+    svc.add(
+        "ExecStart",
+        Value::Exec(vec![
+            bin.clone(),
+            escape_arg("pod-prepare"),
+            escape_arg(&plan_file),
+        ]),
+    );
+    svc.add(
+        "ExecStopPost",
+        Value::Exec(vec![bin, escape_arg("pod-cleanup"), escape_arg(&plan_file)]),
+    );
+    if node.private_network && spec.host_network != Some(true) {
+        // The containers join this namespace (JoinsNamespaceOf=): one loopback-only network per pod.
+        svc.trusted("PrivateNetwork", "yes");
+    }
+    svc.add(
+        "LogExtraFields",
+        Value::LogFields(container::log_fields(ns, name, uid, None)),
+    );
+    outputs.push(Output::Unit(p));
+    outputs.push(Output::Symlink {
+        link: format!("{}.wants/{pod_unit}", naming::TARGET),
+        target: format!("../{pod_unit}"),
+    });
+
+    let mut warnings = Vec::new();
+    for c in containers {
+        outputs.push(Output::Symlink {
+            link: format!("{pod_unit}.wants/{}", c.unit.name),
+            target: format!("../{}", c.unit.name),
+        });
+        outputs.push(Output::Unit(c.unit));
+        warnings.extend(c.warnings.into_iter().map(|f: Fault| {
+            Problem::warning(&entry.file, f.message)
+                .pod(entry.key())
+                .at(f.path)
+        }));
+    }
+    let json = serde_json::to_string_pretty(&plan).expect("a plan always serializes");
+    outputs.push(Output::File {
+        path: format!("{PLAN_DIR}/{}", PodPlan::file_name(&pod_unit)),
+        content: json + "\n",
+    });
+    Ok(PodUnits {
+        pod_unit,
+        outputs,
+        plan,
+        warnings,
+    })
+}
+
+fn escape_arg(s: &str) -> crate::escape::Arg {
+    crate::escape::Arg::text(s)
+}
+
+/// The comment every generated file starts with.
+pub fn header(source: &str) -> Vec<String> {
+    vec![
+        format!("Automatically generated by podunit-generator from {source}"),
+        "Do not edit: edit the manifest and run `systemctl daemon-reload`.".into(),
+    ]
+}

@@ -1,0 +1,61 @@
+//! resources -> cgroup settings, with the kubelet's formulas.
+
+use super::Fault;
+use crate::quantity;
+use crate::unit::Section;
+use k8s_openapi::api::core::v1::ResourceRequirements;
+
+/// The kubelet's cpu.shares from a request (MilliCPUToShares), then its cgroup v2 weight
+/// (CpuSharesToCpuWeight): 100m -> shares 102 -> weight 4.
+pub fn cpu_weight(millis: u64) -> u64 {
+    let shares = (millis * 1024 / 1000).max(2);
+    1 + ((shares - 2) * 9999) / 262142
+}
+
+/// `CPUQuota=` from a limit: 1 cpu = 100%, rounded up to whole percent as systemd needs.
+pub fn cpu_quota(millis: u64) -> String {
+    format!("{}%", millis.div_ceil(10).max(1))
+}
+
+/// Writes limits and requests of `r` (a container's or the pod's) into `sec`.
+pub fn apply(sec: &mut Section, r: Option<&ResourceRequirements>, path: &str) -> Result<(), Fault> {
+    let Some(r) = r else { return Ok(()) };
+    let get = |m: &Option<
+        std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+    >,
+               k: &str| m.as_ref().and_then(|m| m.get(k)).map(|q| q.0.clone());
+    if let Some(q) = get(&r.limits, "cpu") {
+        let m = quantity::cpu_millis(&q)
+            .map_err(|e| Fault::new(format!("{path}.limits.cpu"), e.to_string()))?;
+        sec.trusted("CPUQuota", cpu_quota(m));
+    }
+    if let Some(q) = get(&r.limits, "memory") {
+        let b = quantity::bytes(&q)
+            .map_err(|e| Fault::new(format!("{path}.limits.memory"), e.to_string()))?;
+        sec.trusted("MemoryMax", b.to_string());
+        // The kubelet runs containers without swap unless configured: a limit is a hard limit.
+        sec.trusted("MemorySwapMax", "0");
+    }
+    // Kubernetes defaults a missing request to the limit.
+    if let Some(q) = get(&r.requests, "cpu").or(get(&r.limits, "cpu")) {
+        let m = quantity::cpu_millis(&q)
+            .map_err(|e| Fault::new(format!("{path}.requests.cpu"), e.to_string()))?;
+        sec.trusted("CPUWeight", cpu_weight(m).to_string());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kubelet_formulas() {
+        assert_eq!(cpu_weight(100), 4);
+        assert_eq!(cpu_weight(1000), 39);
+        assert_eq!(cpu_weight(1), 1);
+        assert_eq!(cpu_quota(500), "50%");
+        assert_eq!(cpu_quota(2000), "200%");
+        assert_eq!(cpu_quota(1), "1%");
+    }
+}

@@ -1,0 +1,270 @@
+//! securityContext -> the identity and sandbox of a container's process.
+
+use super::Fault;
+use crate::unit::{Section, Value};
+use k8s_openapi::api::core::v1::{Container, PodSecurityContext, SecurityContext};
+
+/// The capabilities a container runtime grants by default (containerd's and Docker's default set).
+pub const DEFAULT_CAPS: &[&str] = &[
+    "CAP_AUDIT_WRITE",
+    "CAP_CHOWN",
+    "CAP_DAC_OVERRIDE",
+    "CAP_FOWNER",
+    "CAP_FSETID",
+    "CAP_KILL",
+    "CAP_MKNOD",
+    "CAP_NET_BIND_SERVICE",
+    "CAP_NET_RAW",
+    "CAP_SETFCAP",
+    "CAP_SETGID",
+    "CAP_SETPCAP",
+    "CAP_SETUID",
+    "CAP_SYS_CHROOT",
+];
+
+/// All capability names systemd 252 knows; anything else in `capabilities.add/drop` is refused.
+const KNOWN_CAPS: &[&str] = &[
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "DAC_READ_SEARCH",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "SETGID",
+    "SETUID",
+    "SETPCAP",
+    "LINUX_IMMUTABLE",
+    "NET_BIND_SERVICE",
+    "NET_BROADCAST",
+    "NET_ADMIN",
+    "NET_RAW",
+    "IPC_LOCK",
+    "IPC_OWNER",
+    "SYS_MODULE",
+    "SYS_RAWIO",
+    "SYS_CHROOT",
+    "SYS_PTRACE",
+    "SYS_PACCT",
+    "SYS_ADMIN",
+    "SYS_BOOT",
+    "SYS_NICE",
+    "SYS_RESOURCE",
+    "SYS_TIME",
+    "SYS_TTY_CONFIG",
+    "MKNOD",
+    "LEASE",
+    "AUDIT_WRITE",
+    "AUDIT_CONTROL",
+    "SETFCAP",
+    "MAC_OVERRIDE",
+    "MAC_ADMIN",
+    "SYSLOG",
+    "WAKE_ALARM",
+    "BLOCK_SUSPEND",
+    "AUDIT_READ",
+    "PERFMON",
+    "BPF",
+    "CHECKPOINT_RESTORE",
+];
+
+/// The system calls a RuntimeDefault seccomp profile denies, as systemd groups (after the
+/// runtime's default profile: no module loading, mounting, rebooting, clock setting, tracing,...).
+const RUNTIME_DEFAULT_DENY: &str =
+    "~@clock @cpu-emulation @debug @module @mount @obsolete @raw-io @reboot @swap";
+
+/// The effective identity of a container: uid, gid (None = the unit's default, root).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Identity {
+    pub uid: Option<i64>,
+    pub gid: Option<i64>,
+}
+
+/// Container settings override the pod's.
+pub fn identity(pod: Option<&PodSecurityContext>, ctr: Option<&SecurityContext>) -> Identity {
+    Identity {
+        uid: ctr
+            .and_then(|c| c.run_as_user)
+            .or(pod.and_then(|p| p.run_as_user)),
+        gid: ctr
+            .and_then(|c| c.run_as_group)
+            .or(pod.and_then(|p| p.run_as_group)),
+    }
+}
+
+fn cap_name(raw: &str, path: &str) -> Result<String, Fault> {
+    let up = raw.to_ascii_uppercase();
+    let bare = up.strip_prefix("CAP_").unwrap_or(&up);
+    if bare == "ALL" {
+        return Ok("ALL".into());
+    }
+    if KNOWN_CAPS.contains(&bare) {
+        Ok(format!("CAP_{bare}"))
+    } else {
+        Err(Fault::new(
+            path.to_string(),
+            format!("{raw:?} is not a Linux capability"),
+        ))
+    }
+}
+
+/// Writes identity and sandboxing for `ctr` into its `[Service]` section.
+pub fn apply(
+    svc: &mut Section,
+    pod_sc: Option<&PodSecurityContext>,
+    ctr: &Container,
+    path: &str,
+    extra_groups: &[i64],
+) -> Result<(), Fault> {
+    let sc = ctr.security_context.as_ref();
+    let id = identity(pod_sc, sc);
+    let non_root = sc
+        .and_then(|c| c.run_as_non_root)
+        .or(pod_sc.and_then(|p| p.run_as_non_root));
+    if non_root == Some(true) && id.uid.unwrap_or(0) == 0 {
+        // The kubelet refuses to start such a container (CreateContainerConfigError).
+        return Err(Fault::new(
+            format!("{path}.securityContext.runAsNonRoot"),
+            "runAsNonRoot is set but the container would run as root (set runAsUser to a non-zero UID)",
+        ));
+    }
+    for (field, v) in [("runAsUser", id.uid), ("runAsGroup", id.gid)] {
+        if let Some(v) = v
+            && !(0..=i64::from(u32::MAX - 1)).contains(&v)
+        {
+            return Err(Fault::new(
+                format!("{path}.securityContext.{field}"),
+                format!("{v} is not a valid ID"),
+            ));
+        }
+    }
+    if let Some(uid) = id.uid {
+        svc.trusted("User", uid.to_string());
+        // Without runAsGroup a container runtime uses group 0, not the user's passwd group.
+        svc.trusted("Group", id.gid.unwrap_or(0).to_string());
+    } else if let Some(gid) = id.gid {
+        svc.trusted("Group", gid.to_string());
+    }
+    let mut groups: Vec<i64> = pod_sc
+        .and_then(|p| p.supplemental_groups.clone())
+        .unwrap_or_default();
+    if let Some(fs) = pod_sc.and_then(|p| p.fs_group) {
+        groups.push(fs);
+    }
+    groups.extend_from_slice(extra_groups);
+    groups.sort_unstable();
+    groups.dedup();
+    if let Some(g) = groups
+        .iter()
+        .find(|g| !(0..=i64::from(u32::MAX - 1)).contains(*g))
+    {
+        return Err(Fault::new(
+            format!("{path}.securityContext.supplementalGroups"),
+            format!("{g} is not a valid ID"),
+        ));
+    }
+    if !groups.is_empty() {
+        svc.trusted(
+            "SupplementaryGroups",
+            groups
+                .iter()
+                .map(|g| g.to_string())
+                .collect::<Vec<_>>()
+                .join(" "),
+        );
+    }
+
+    let privileged = sc.and_then(|c| c.privileged) == Some(true);
+    if privileged {
+        // A privileged container gets the host as root would have it: no sandboxing at all.
+        return Ok(());
+    }
+    if sc.and_then(|c| c.allow_privilege_escalation) == Some(false) {
+        svc.trusted("NoNewPrivileges", "yes");
+    }
+    let mut caps: Vec<String> = DEFAULT_CAPS.iter().map(|c| c.to_string()).collect();
+    if let Some(c) = sc.and_then(|c| c.capabilities.as_ref()) {
+        for (i, d) in c.drop.as_deref().unwrap_or_default().iter().enumerate() {
+            match cap_name(d, &format!("{path}.securityContext.capabilities.drop[{i}]"))?.as_str() {
+                "ALL" => caps.clear(),
+                name => caps.retain(|c| c != name),
+            }
+        }
+        for (i, a) in c.add.as_deref().unwrap_or_default().iter().enumerate() {
+            match cap_name(a, &format!("{path}.securityContext.capabilities.add[{i}]"))?.as_str() {
+                "ALL" => caps = KNOWN_CAPS.iter().map(|c| format!("CAP_{c}")).collect(),
+                name => {
+                    if !caps.iter().any(|c| c == name) {
+                        caps.push(name.to_string())
+                    }
+                }
+            }
+        }
+    }
+    caps.sort();
+    // An empty value would reset the set to "everything": `~` with no names does the opposite.
+    svc.trusted(
+        "CapabilityBoundingSet",
+        if caps.is_empty() {
+            "~".to_string()
+        } else {
+            caps.join(" ")
+        },
+    );
+    if id.uid.unwrap_or(0) != 0 && !caps.is_empty() {
+        // A non-root process keeps added capabilities only as ambient ones.
+        let added: Vec<&String> = caps
+            .iter()
+            .filter(|c| {
+                sc.and_then(|s| s.capabilities.as_ref())
+                    .and_then(|k| k.add.as_ref())
+                    .is_some_and(|a| {
+                        a.iter()
+                            .any(|x| cap_name(x, "").ok().as_deref() == Some(c.as_str()))
+                    })
+            })
+            .collect();
+        if !added.is_empty() {
+            svc.trusted(
+                "AmbientCapabilities",
+                added
+                    .iter()
+                    .map(|s| s.as_str())
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            );
+        }
+    }
+    if sc.and_then(|c| c.read_only_root_filesystem) == Some(true) {
+        svc.trusted("ProtectSystem", "strict");
+        svc.trusted("ReadOnlyPaths", "/");
+    }
+    let seccomp = sc
+        .and_then(|c| c.seccomp_profile.as_ref())
+        .or(pod_sc.and_then(|p| p.seccomp_profile.as_ref()));
+    match seccomp.map(|s| s.type_.as_str()) {
+        Some("RuntimeDefault") => {
+            svc.trusted("SystemCallFilter", RUNTIME_DEFAULT_DENY);
+            svc.trusted("SystemCallArchitectures", "native");
+            svc.trusted("SystemCallErrorNumber", "EPERM");
+        }
+        None | Some("Unconfined") => {}
+        Some(other) => {
+            return Err(Fault::new(
+                format!("{path}.securityContext.seccompProfile.type"),
+                format!("{other:?} profiles are not supported (RuntimeDefault and Unconfined are)"),
+            ));
+        }
+    }
+    // What every unprivileged container gets, as a container runtime would give it: its own /tmp,
+    // read-only kernel tunables, no module loading, no kernel log, a read-only cgroup tree.
+    for key in [
+        "PrivateTmp",
+        "ProtectKernelTunables",
+        "ProtectKernelModules",
+        "ProtectKernelLogs",
+        "ProtectControlGroups",
+    ] {
+        svc.add(key, Value::Trusted("yes".into()));
+    }
+    Ok(())
+}

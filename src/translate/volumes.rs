@@ -1,0 +1,293 @@
+//! Volumes: where each lives on the host (a [`VolumePlan`] for `pod-prepare`) and how a container
+//! binds it (`BindPaths=` / `BindReadOnlyPaths=`).
+
+use super::{Fault, NodeFacts};
+use crate::paths::Paths;
+use crate::plan::{FileSource, KeyFile, VolumeKind, VolumePlan};
+use crate::quantity;
+use k8s_openapi::api::core::v1::{Container, KeyToPath, Pod, Volume};
+
+/// Kubernetes' default mode for configMap, downwardAPI and projected files (0644).
+const DEFAULT_MODE: u32 = 0o644;
+/// podunit's default for secret files: readable by their owner only (DESIGN.md §6).
+const SECRET_DEFAULT_MODE: u32 = 0o400;
+
+/// The volume sources podunit can provide.
+pub const SUPPORTED: &[&str] = &[
+    "emptyDir",
+    "hostPath",
+    "configMap",
+    "secret",
+    "downwardAPI",
+    "projected",
+];
+
+/// The one source a volume uses, or the field that makes it unusable here.
+pub fn kind_of(v: &Volume) -> Result<String, (String, String)> {
+    // The serialized keys are exactly the API's field names, whatever k8s-openapi version.
+    let value = serde_json::to_value(v).unwrap_or_default();
+    let keys: Vec<String> = value
+        .as_object()
+        .map(|m| m.keys().filter(|k| *k != "name").cloned().collect())
+        .unwrap_or_default();
+    if let Some(k) = keys.iter().find(|k| !SUPPORTED.contains(&k.as_str())) {
+        return Err((
+            k.clone(),
+            format!(
+                "{k} volumes are not supported here (no storage drivers; supported: {})",
+                SUPPORTED.join(", ")
+            ),
+        ));
+    }
+    match keys.as_slice() {
+        [one] => Ok(one.clone()),
+        [] => Err((
+            "name".into(),
+            format!(
+                "a volume source is required (one of {})",
+                SUPPORTED.join(", ")
+            ),
+        )),
+        _ => Err((
+            "name".into(),
+            format!(
+                "exactly one volume source is allowed, found {}",
+                keys.join(", ")
+            ),
+        )),
+    }
+}
+
+/// Owner and group of a volume's files: the user of the containers that mount it when they agree,
+/// root otherwise; fsGroup when the pod sets one.
+pub struct Ownership {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// The plan of one volume.
+pub fn plan(
+    pod: &Pod,
+    node: &NodeFacts,
+    v: &Volume,
+    owner: &Ownership,
+    path: &str,
+) -> Result<VolumePlan, Fault> {
+    let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+    let state = format!("{}/{uid}/volumes/{}", Paths::STATE, v.name);
+    let runtime = format!("{}/{uid}/volumes/{}", Paths::RUNTIME, v.name);
+    let files = |sources: Vec<FileSource>, mode: u32| VolumeKind::Files {
+        sources,
+        uid: owner.uid,
+        gid: owner.gid,
+        mode,
+    };
+    let (host, kind) = if let Some(e) = &v.empty_dir {
+        let memory = e.medium.as_deref() == Some("Memory");
+        let size_limit = match &e.size_limit {
+            Some(q) => Some(quantity::bytes(&q.0).map_err(|err| {
+                Fault::new(format!("{path}.emptyDir.sizeLimit"), err.to_string())
+            })?),
+            None => None,
+        };
+        (
+            if memory { runtime } else { state },
+            VolumeKind::EmptyDir { memory, size_limit },
+        )
+    } else if let Some(h) = &v.host_path {
+        (
+            h.path.clone(),
+            VolumeKind::HostPath {
+                host_type: h.type_.clone().unwrap_or_default(),
+            },
+        )
+    } else if let Some(c) = &v.config_map {
+        let src = object(false, &c.name, &c.items, c.optional);
+        (
+            runtime,
+            files(vec![src], mode(c.default_mode, DEFAULT_MODE)),
+        )
+    } else if let Some(s) = &v.secret {
+        let name = s.secret_name.clone().unwrap_or_default();
+        let src = object(true, &name, &s.items, s.optional);
+        (
+            runtime,
+            files(vec![src], mode(s.default_mode, SECRET_DEFAULT_MODE)),
+        )
+    } else if let Some(d) = &v.downward_api {
+        let mut sources = Vec::new();
+        for (i, item) in d.items.as_deref().unwrap_or_default().iter().enumerate() {
+            sources.push(downward_item(
+                pod,
+                node,
+                item,
+                &format!("{path}.downwardAPI.items[{i}]"),
+            )?);
+        }
+        (runtime, files(sources, mode(d.default_mode, DEFAULT_MODE)))
+    } else if let Some(p) = &v.projected {
+        let mut sources = Vec::new();
+        for (i, s) in p.sources.as_deref().unwrap_or_default().iter().enumerate() {
+            let sp = format!("{path}.projected.sources[{i}]");
+            if let Some(c) = &s.config_map {
+                sources.push(object(false, &c.name, &c.items, c.optional));
+            } else if let Some(sec) = &s.secret {
+                sources.push(object(true, &sec.name, &sec.items, sec.optional));
+            } else if let Some(d) = &s.downward_api {
+                for (j, item) in d.items.as_deref().unwrap_or_default().iter().enumerate() {
+                    sources.push(downward_item(
+                        pod,
+                        node,
+                        item,
+                        &format!("{sp}.downwardAPI.items[{j}]"),
+                    )?);
+                }
+            } else if let Some(t) = &s.service_account_token {
+                sources.push(FileSource::ServiceAccountToken {
+                    path: t.path.clone(),
+                    audience: t.audience.clone().filter(|a| !a.is_empty()),
+                    expiration_seconds: t.expiration_seconds.unwrap_or(3600),
+                    mode: None,
+                });
+            } else {
+                return Err(Fault::new(
+                    sp,
+                    "projected source not supported (configMap, secret, downwardAPI, serviceAccountToken are)",
+                ));
+            }
+        }
+        (runtime, files(sources, mode(p.default_mode, DEFAULT_MODE)))
+    } else {
+        return Err(Fault::new(path.to_string(), "volume source not supported"));
+    };
+    Ok(VolumePlan {
+        name: v.name.clone(),
+        path: host,
+        kind,
+    })
+}
+
+fn mode(m: Option<i32>, default: u32) -> u32 {
+    m.map(|m| (m as u32) & 0o777).unwrap_or(default)
+}
+
+fn object(
+    secret: bool,
+    name: &str,
+    items: &Option<Vec<KeyToPath>>,
+    optional: Option<bool>,
+) -> FileSource {
+    FileSource::Object {
+        secret,
+        name: name.to_string(),
+        items: items.as_ref().map(|items| {
+            items
+                .iter()
+                .map(|i| KeyFile {
+                    key: i.key.clone(),
+                    path: i.path.clone(),
+                    mode: i.mode.map(|m| m as u32 & 0o777),
+                })
+                .collect()
+        }),
+        optional: optional.unwrap_or(false),
+        mode: None,
+    }
+}
+
+fn downward_item(
+    pod: &Pod,
+    node: &NodeFacts,
+    item: &k8s_openapi::api::core::v1::DownwardAPIVolumeFile,
+    path: &str,
+) -> Result<FileSource, Fault> {
+    let content = if let Some(f) = &item.field_ref {
+        match f.field_path.as_str() {
+            "metadata.labels" | "metadata.annotations" => {
+                super::env::field_value(pod, node, &f.field_path)
+            }
+            p if super::env::field_ref_supported(p) == Some(true) => {
+                super::env::field_value(pod, node, p)
+            }
+            _ => None,
+        }
+        .ok_or_else(|| {
+            Fault::new(
+                format!("{path}.fieldRef.fieldPath"),
+                format!("{:?} is not supported in a volume", f.field_path),
+            )
+        })?
+    } else if let Some(r) = &item.resource_field_ref {
+        let ctr = pod
+            .spec
+            .as_ref()
+            .and_then(|s| {
+                s.containers
+                    .iter()
+                    .find(|c| Some(c.name.as_str()) == r.container_name.as_deref())
+            })
+            .ok_or_else(|| {
+                Fault::new(
+                    format!("{path}.resourceFieldRef.containerName"),
+                    "no such container",
+                )
+            })?;
+        super::env::resource_value(
+            ctr,
+            node,
+            &r.resource,
+            r.divisor.as_ref().map(|d| d.0.as_str()),
+        )
+        .map_err(|m| Fault::new(format!("{path}.resourceFieldRef"), m))?
+    } else {
+        return Err(Fault::new(
+            path.to_string(),
+            "fieldRef or resourceFieldRef is required",
+        ));
+    };
+    Ok(FileSource::Literal {
+        path: item.path.clone(),
+        content,
+        mode: item.mode.map(|m| m as u32 & 0o777),
+    })
+}
+
+/// The bind entries of a container: (source, destination, read-only).
+pub fn binds(
+    ctr: &Container,
+    plans: &[VolumePlan],
+    path: &str,
+) -> Result<Vec<(String, String, bool)>, Fault> {
+    let mut out = Vec::new();
+    for (i, m) in ctr
+        .volume_mounts
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .enumerate()
+    {
+        let Some(plan) = plans.iter().find(|p| p.name == m.name) else {
+            return Err(Fault::new(
+                format!("{path}.volumeMounts[{i}].name"),
+                format!("no volume named {:?}", m.name),
+            ));
+        };
+        let mut source = plan.path.clone();
+        if let Some(sp) = m.sub_path.as_deref().filter(|s| !s.is_empty()) {
+            source = format!("{}/{}", source.trim_end_matches('/'), sp.trim_matches('/'));
+        }
+        // The kubelet always mounts configMap, secret, downwardAPI and projected volumes read-only.
+        let always_ro = matches!(plan.kind, VolumeKind::Files { .. });
+        let mount = m.mount_path.trim_end_matches('/');
+        out.push((
+            source,
+            if mount.is_empty() {
+                "/".into()
+            } else {
+                mount.to_string()
+            },
+            always_ro || m.read_only == Some(true),
+        ));
+    }
+    Ok(out)
+}

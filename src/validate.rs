@@ -1,0 +1,551 @@
+//! Validation of a parsed pod, as the API server's would refuse it, plus what podunit cannot honour.
+//! Every problem carries its field path.
+
+use crate::diag::{FieldPath, Problem};
+use crate::manifest::PodEntry;
+use crate::quantity;
+use k8s_openapi::api::core::v1::{Container, EnvVar, Pod, Volume, VolumeMount};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// DNS-1123 label: what container, volume and namespace names must be.
+pub fn is_dns1123_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+/// DNS-1123 subdomain: what pod, ConfigMap and Secret names must be.
+pub fn is_dns1123_subdomain(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns1123_label)
+}
+
+/// Environment names systemd accepts (stricter than Kubernetes, which allows any printable ASCII).
+pub fn is_env_name(s: &str) -> bool {
+    let mut b = s.bytes();
+    matches!(b.next(), Some(c) if c.is_ascii_alphabetic() || c == b'_')
+        && b.all(|c| c.is_ascii_alphanumeric() || c == b'_')
+}
+
+/// Collects problems about one pod.
+struct Check<'a> {
+    entry: &'a PodEntry,
+    out: Vec<Problem>,
+}
+
+impl Check<'_> {
+    fn err(&mut self, path: &FieldPath, msg: impl Into<String>) {
+        self.out.push(
+            Problem::error(&self.entry.file, msg)
+                .pod(self.entry.key())
+                .at(path.to_string()),
+        );
+    }
+
+    fn warn(&mut self, path: &FieldPath, msg: impl Into<String>) {
+        self.out.push(
+            Problem::warning(&self.entry.file, msg)
+                .pod(self.entry.key())
+                .at(path.to_string()),
+        );
+    }
+}
+
+/// All problems of a pod; the pod is refused when any is an error.
+pub fn validate(entry: &PodEntry) -> Vec<Problem> {
+    let mut c = Check {
+        entry,
+        out: Vec::new(),
+    };
+    let pod: &Pod = &entry.pod;
+    let meta = FieldPath::new("metadata");
+    match pod.metadata.name.as_deref() {
+        None | Some("") => c.err(&meta.field("name"), "required"),
+        Some(n) if !is_dns1123_subdomain(n) => c.err(
+            &meta.field("name"),
+            format!("{n:?} is not a DNS-1123 subdomain (lowercase letters, digits, '-' and '.', at most 253)"),
+        ),
+        _ => {}
+    }
+    let ns = entry.namespace();
+    if !is_dns1123_label(ns) {
+        c.err(
+            &meta.field("namespace"),
+            format!("{ns:?} is not a DNS-1123 label (lowercase letters, digits, '-', at most 63)"),
+        );
+    }
+    let Some(spec) = &pod.spec else {
+        c.err(&FieldPath::new("spec"), "required");
+        return c.out;
+    };
+    let sp = FieldPath::new("spec");
+    if spec.containers.is_empty() {
+        c.err(
+            &sp.field("containers"),
+            "at least one container is required",
+        );
+    }
+    if let Some(p) = spec.restart_policy.as_deref()
+        && !matches!(p, "Always" | "OnFailure" | "Never")
+    {
+        c.err(
+            &sp.field("restartPolicy"),
+            format!("{p:?} is not one of Always, OnFailure, Never"),
+        );
+    }
+    if let Some(g) = spec.termination_grace_period_seconds
+        && g < 0
+    {
+        c.err(
+            &sp.field("terminationGracePeriodSeconds"),
+            "must be 0 or more",
+        );
+    }
+
+    let volumes = check_volumes(
+        &mut c,
+        spec.volumes.as_deref().unwrap_or_default(),
+        &sp.field("volumes"),
+    );
+    let mut names = BTreeSet::new();
+    let lists: [(&str, &[Container]); 2] = [
+        (
+            "initContainers",
+            spec.init_containers.as_deref().unwrap_or_default(),
+        ),
+        ("containers", &spec.containers),
+    ];
+    for (list, containers) in lists {
+        for (i, ctr) in containers.iter().enumerate() {
+            let p = sp.field(list).index(i);
+            if !names.insert(ctr.name.clone()) {
+                c.err(
+                    &p.field("name"),
+                    format!("container name {:?} is used twice in this pod", ctr.name),
+                );
+            }
+            check_container(&mut c, ctr, &p, list == "initContainers", &volumes);
+        }
+    }
+    if spec
+        .ephemeral_containers
+        .as_ref()
+        .is_some_and(|e| !e.is_empty())
+    {
+        c.err(
+            &sp.field("ephemeralContainers"),
+            "ephemeral containers are not supported",
+        );
+    }
+    if let Some(r) = &spec.resources {
+        check_resources(&mut c, r, &sp.field("resources"));
+    }
+    c.out
+}
+
+fn check_container(
+    c: &mut Check<'_>,
+    ctr: &Container,
+    p: &FieldPath,
+    init: bool,
+    volumes: &BTreeSet<String>,
+) {
+    if !is_dns1123_label(&ctr.name) {
+        c.err(
+            &p.field("name"),
+            format!(
+                "{:?} is not a DNS-1123 label (lowercase letters, digits, '-', at most 63)",
+                ctr.name
+            ),
+        );
+    }
+    match ctr.image.as_deref() {
+        None | Some("") => c.err(
+            &p.field("image"),
+            "required (use `host` to run on the host's root filesystem)",
+        ),
+        _ => {}
+    }
+    if let Some(rp) = ctr.restart_policy.as_deref() {
+        if !init {
+            c.err(
+                &p.field("restartPolicy"),
+                "only init containers may set a restartPolicy",
+            );
+        } else if rp != "Always" {
+            c.err(
+                &p.field("restartPolicy"),
+                format!("{rp:?}: the only restartPolicy of an init container is Always"),
+            );
+        }
+    }
+    let mut env_seen = BTreeMap::new();
+    for (i, e) in ctr.env.as_deref().unwrap_or_default().iter().enumerate() {
+        check_env(c, e, &p.field("env").index(i));
+        env_seen.insert(e.name.clone(), i);
+    }
+    for (i, ef) in ctr
+        .env_from
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .enumerate()
+    {
+        let ep = p.field("envFrom").index(i);
+        match (&ef.config_map_ref, &ef.secret_ref) {
+            (Some(_), Some(_)) | (None, None) => {
+                c.err(&ep, "exactly one of configMapRef and secretRef is required")
+            }
+            _ => {}
+        }
+        if let Some(prefix) = ef.prefix.as_deref()
+            && !prefix.is_empty()
+            && !is_env_name(&format!("{prefix}X"))
+        {
+            c.err(
+                &ep.field("prefix"),
+                format!("{prefix:?} does not start a valid environment variable name"),
+            );
+        }
+    }
+    let mut mount_paths = BTreeSet::new();
+    for (i, m) in ctr
+        .volume_mounts
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .enumerate()
+    {
+        check_mount(c, m, &p.field("volumeMounts").index(i), volumes);
+        if !mount_paths.insert(m.mount_path.trim_end_matches('/').to_string()) {
+            c.err(
+                &p.field("volumeMounts").index(i).field("mountPath"),
+                format!("{:?} is mounted twice", m.mount_path),
+            );
+        }
+    }
+    if let Some(r) = &ctr.resources {
+        check_resources(c, r, &p.field("resources"));
+    }
+    if let Some(wd) = ctr.working_dir.as_deref()
+        && !wd.is_empty()
+        && !wd.starts_with('/')
+    {
+        c.err(&p.field("workingDir"), "must be an absolute path");
+    }
+    for (field, set) in [
+        ("livenessProbe", ctr.liveness_probe.is_some()),
+        ("readinessProbe", ctr.readiness_probe.is_some()),
+        ("startupProbe", ctr.startup_probe.is_some()),
+    ] {
+        if set {
+            c.warn(
+                &p.field(field),
+                "probes are not run yet: the container counts as ready once it has started",
+            );
+        }
+    }
+    if ctr.stdin == Some(true) || ctr.tty == Some(true) {
+        c.warn(
+            &p.field(if ctr.tty == Some(true) {
+                "tty"
+            } else {
+                "stdin"
+            }),
+            "ignored: containers have no terminal or stdin",
+        );
+    }
+    if let Some(lc) = &ctr.lifecycle {
+        for (field, h) in [("postStart", &lc.post_start), ("preStop", &lc.pre_stop)] {
+            if let Some(h) = h {
+                let hp = p.field("lifecycle").field(field);
+                if h.exec.is_none() {
+                    c.err(
+                        &hp,
+                        "only exec hooks are supported (httpGet, tcpSocket and sleep are not)",
+                    );
+                } else if h
+                    .exec
+                    .as_ref()
+                    .and_then(|e| e.command.as_ref())
+                    .is_none_or(|v| v.is_empty())
+                {
+                    c.err(&hp.field("exec").field("command"), "required");
+                }
+            }
+        }
+        if init
+            && (lc.post_start.is_some() || lc.pre_stop.is_some())
+            && ctr.restart_policy.is_none()
+        {
+            c.err(
+                &p.field("lifecycle"),
+                "init containers may not have lifecycle hooks",
+            );
+        }
+    }
+}
+
+fn check_env(c: &mut Check<'_>, e: &EnvVar, p: &FieldPath) {
+    if !is_env_name(&e.name) {
+        c.err(
+            &p.field("name"),
+            format!(
+                "{:?} is not a valid environment variable name ([A-Za-z_][A-Za-z0-9_]*)",
+                e.name
+            ),
+        );
+    }
+    let Some(vf) = &e.value_from else { return };
+    if e.value.as_deref().is_some_and(|v| !v.is_empty()) {
+        c.err(&p.field("valueFrom"), "may not be set together with value");
+    }
+    let n = [
+        vf.field_ref.is_some(),
+        vf.resource_field_ref.is_some(),
+        vf.config_map_key_ref.is_some(),
+        vf.secret_key_ref.is_some(),
+    ]
+    .iter()
+    .filter(|b| **b)
+    .count();
+    if n != 1 {
+        c.err(&p.field("valueFrom"), "exactly one of fieldRef, resourceFieldRef, configMapKeyRef and secretKeyRef is required");
+    }
+    if let Some(f) = &vf.field_ref
+        && crate::translate::env::field_ref_supported(&f.field_path).is_none()
+    {
+        c.err(
+            &p.field("valueFrom").field("fieldRef").field("fieldPath"),
+            format!("{:?} is not a supported field", f.field_path),
+        );
+    }
+}
+
+fn check_volumes(c: &mut Check<'_>, volumes: &[Volume], p: &FieldPath) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    for (i, v) in volumes.iter().enumerate() {
+        let vp = p.index(i);
+        if !is_dns1123_label(&v.name) {
+            c.err(
+                &vp.field("name"),
+                format!("{:?} is not a DNS-1123 label", v.name),
+            );
+        }
+        if !names.insert(v.name.clone()) {
+            c.err(
+                &vp.field("name"),
+                format!("volume name {:?} is used twice", v.name),
+            );
+        }
+        if let Err((field, msg)) = crate::translate::volumes::kind_of(v) {
+            c.err(&vp.field(&field), msg);
+        }
+        if let Some(h) = &v.host_path {
+            if !h.path.starts_with('/') || h.path.split('/').any(|s| s == "..") {
+                c.err(
+                    &vp.field("hostPath").field("path"),
+                    "must be an absolute path without '..'",
+                );
+            }
+            if let Some(t) = h.type_.as_deref()
+                && !matches!(
+                    t,
+                    "" | "DirectoryOrCreate"
+                        | "Directory"
+                        | "FileOrCreate"
+                        | "File"
+                        | "Socket"
+                        | "CharDevice"
+                        | "BlockDevice"
+                )
+            {
+                c.err(
+                    &vp.field("hostPath").field("type"),
+                    format!("{t:?} is not a hostPath type"),
+                );
+            }
+        }
+        if let Some(e) = &v.empty_dir
+            && let Some(q) = &e.size_limit
+            && let Err(err) = quantity::bytes(&q.0)
+        {
+            c.err(&vp.field("emptyDir").field("sizeLimit"), err.to_string());
+        }
+        for (field, items) in [
+            (
+                "configMap",
+                v.config_map.as_ref().and_then(|s| s.items.as_ref()),
+            ),
+            ("secret", v.secret.as_ref().and_then(|s| s.items.as_ref())),
+        ] {
+            for (j, item) in items
+                .map(Vec::as_slice)
+                .unwrap_or_default()
+                .iter()
+                .enumerate()
+            {
+                check_rel_path(
+                    c,
+                    &item.path,
+                    &vp.field(field).field("items").index(j).field("path"),
+                );
+            }
+        }
+        if let Some(d) = &v.downward_api {
+            for (j, item) in d.items.as_deref().unwrap_or_default().iter().enumerate() {
+                check_rel_path(
+                    c,
+                    &item.path,
+                    &vp.field("downwardAPI")
+                        .field("items")
+                        .index(j)
+                        .field("path"),
+                );
+            }
+        }
+        for (field, mode) in [
+            (
+                "configMap",
+                v.config_map.as_ref().and_then(|s| s.default_mode),
+            ),
+            ("secret", v.secret.as_ref().and_then(|s| s.default_mode)),
+            (
+                "downwardAPI",
+                v.downward_api.as_ref().and_then(|s| s.default_mode),
+            ),
+            (
+                "projected",
+                v.projected.as_ref().and_then(|s| s.default_mode),
+            ),
+        ] {
+            if let Some(m) = mode
+                && !(0..=0o777).contains(&m)
+            {
+                c.err(
+                    &vp.field(field).field("defaultMode"),
+                    format!("{m} is not a file mode (0 to 0777)"),
+                );
+            }
+        }
+    }
+    names
+}
+
+fn check_rel_path(c: &mut Check<'_>, path: &str, p: &FieldPath) {
+    if path.is_empty() || path.starts_with('/') || path.split('/').any(|s| s == "..") {
+        c.err(p, format!("{path:?} must be a relative path without '..'"));
+    }
+}
+
+fn check_mount(c: &mut Check<'_>, m: &VolumeMount, p: &FieldPath, volumes: &BTreeSet<String>) {
+    if !volumes.contains(&m.name) {
+        c.err(
+            &p.field("name"),
+            format!("no volume named {:?} in spec.volumes", m.name),
+        );
+    }
+    if !m.mount_path.starts_with('/') {
+        c.err(
+            &p.field("mountPath"),
+            format!("{:?} must be an absolute path", m.mount_path),
+        );
+    } else if m.mount_path.split('/').any(|s| s == "..") {
+        c.err(
+            &p.field("mountPath"),
+            format!("{:?} must not contain '..'", m.mount_path),
+        );
+    } else if m.mount_path.contains(':') {
+        c.err(
+            &p.field("mountPath"),
+            format!("{:?} must not contain ':'", m.mount_path),
+        );
+    }
+    if let Some(sp) = m.sub_path.as_deref()
+        && !sp.is_empty()
+    {
+        check_rel_path(c, sp, &p.field("subPath"));
+    }
+    if m.sub_path_expr.as_deref().is_some_and(|s| !s.is_empty()) {
+        c.err(&p.field("subPathExpr"), "not supported; use subPath");
+    }
+    if let Some(mp) = m.mount_propagation.as_deref()
+        && mp != "None"
+    {
+        c.warn(
+            &p.field("mountPropagation"),
+            format!("{mp:?} is ignored: mounts are private to the container"),
+        );
+    }
+}
+
+fn check_resources(
+    c: &mut Check<'_>,
+    r: &k8s_openapi::api::core::v1::ResourceRequirements,
+    p: &FieldPath,
+) {
+    for (field, map) in [("limits", &r.limits), ("requests", &r.requests)] {
+        for (k, q) in map.iter().flatten() {
+            let qp = p.field(field).key(k);
+            let res = match k.as_str() {
+                "cpu" => quantity::cpu_millis(&q.0).map(|_| ()),
+                "memory" | "ephemeral-storage" => quantity::bytes(&q.0).map(|_| ()),
+                _ if k.starts_with("hugepages-") => {
+                    c.err(&qp, "hugepages are not supported");
+                    continue;
+                }
+                _ => {
+                    c.warn(&qp, format!("resource {k:?} is ignored"));
+                    continue;
+                }
+            };
+            if let Err(e) = res {
+                c.err(&qp, e.to_string());
+            }
+        }
+    }
+    if let Some(l) = r.limits.as_ref().and_then(|l| l.get("memory"))
+        && let Some(q) = r.requests.as_ref().and_then(|r| r.get("memory"))
+        && let (Ok(l), Ok(q)) = (quantity::bytes(&l.0), quantity::bytes(&q.0))
+        && q > l
+    {
+        c.err(
+            &p.field("requests").key("memory"),
+            "must be less than or equal to the memory limit",
+        );
+    }
+    if let Some(l) = r.limits.as_ref().and_then(|l| l.get("cpu"))
+        && let Some(q) = r.requests.as_ref().and_then(|r| r.get("cpu"))
+        && let (Ok(l), Ok(q)) = (quantity::cpu_millis(&l.0), quantity::cpu_millis(&q.0))
+        && q > l
+    {
+        c.err(
+            &p.field("requests").key("cpu"),
+            "must be less than or equal to the cpu limit",
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        assert!(is_dns1123_label("web-1"));
+        assert!(!is_dns1123_label("Web"));
+        assert!(!is_dns1123_label("a_b"));
+        assert!(!is_dns1123_label("-a"));
+        assert!(!is_dns1123_label(&"a".repeat(64)));
+        assert!(is_dns1123_subdomain("a.b-c"));
+        assert!(!is_dns1123_subdomain("../etc"));
+        assert!(!is_dns1123_subdomain("a/b"));
+        assert!(!is_dns1123_subdomain(&"a".repeat(254)));
+        assert!(is_env_name("_A1"));
+        assert!(!is_env_name("1A"));
+        assert!(!is_env_name("A=B"));
+        assert!(!is_env_name("A-B"));
+    }
+}
