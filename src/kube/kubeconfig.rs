@@ -128,7 +128,6 @@ pub struct OwnerCheck {
     pub uid: u32,
 }
 
-
 /// Refuses a credential file that others could read or change.
 pub fn check_root_only(path: &Path, owner: OwnerCheck) -> Result<(), KubeconfigError> {
     use std::os::unix::fs::MetadataExt;

@@ -6,4 +6,5 @@
 pub mod backoff;
 pub mod client;
 pub mod kubeconfig;
+pub mod podstatus;
 pub mod watch;
