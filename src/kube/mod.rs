@@ -6,5 +6,7 @@
 pub mod backoff;
 pub mod client;
 pub mod kubeconfig;
+pub mod node;
 pub mod podstatus;
+pub mod spool;
 pub mod watch;
