@@ -265,7 +265,7 @@ pub fn gather(storage: &Path, override_ip: Option<&str>) -> HostInfo {
     };
     let memory_bytes = meminfo_total(&read("/proc/meminfo")).unwrap_or(0);
     let ephemeral_storage_bytes = nix::sys::statvfs::statvfs(storage)
-        .map(|s| s.blocks() as u64 * s.fragment_size() as u64)
+        .map(|s| s.blocks() * s.fragment_size())
         .unwrap_or(0);
     let mut addresses = Vec::new();
     if let Some(ip) = override_ip {
