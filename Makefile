@@ -3,7 +3,7 @@ CARGO ?= cargo
 PREFIX ?= /usr
 DESTDIR ?=
 
-.PHONY: all build release test lint fmt bench demo deb rpm install uninstall fuzz
+.PHONY: all build release test lint fmt bench demo deb rpm install uninstall fuzz fake-apiserver
 
 all: build
 
@@ -23,3 +23,7 @@ fmt:
 # Unit, golden and round-trip tests, then the real-systemd suite (needs root, systemd-nspawn, debootstrap).
 test: lint
 	$(CARGO) test --workspace
+
+# The test double of the Kubernetes API server, as a binary for end-to-end tests and benchmarks.
+fake-apiserver:
+	$(CARGO) build -p fake-apiserver

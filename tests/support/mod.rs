@@ -1,0 +1,5 @@
+//! Shared by the integration tests: the real-systemd machine and helpers around pods in it.
+#![allow(dead_code)]
+
+pub mod nspawn;
+pub mod pods;

@@ -1,0 +1,145 @@
+//! Pods in a machine: unit names, unit states and what the probe recorded.
+
+use std::time::Duration;
+
+use super::nspawn::{Machine, PROBE_DIR};
+
+/// Generous upper bound for anything that should happen "now" on a loaded CI host.
+pub const SOON: Duration = Duration::from_secs(60);
+
+pub fn pod_unit(ns: &str, pod: &str) -> String {
+    podunit::naming::pod_service(ns, pod)
+}
+
+pub fn ctr_unit(ns: &str, pod: &str, container: &str) -> String {
+    podunit::naming::container_service(ns, pod, container)
+}
+
+pub fn pod_slice(ns: &str, pod: &str) -> String {
+    podunit::naming::pod_slice(ns, pod)
+}
+
+/// A YAML scalar holding exactly `s`: a JSON string is a valid YAML 1.2 double-quoted scalar.
+pub fn yaml_str(s: &str) -> String {
+    serde_json::to_string(s).expect("string to JSON")
+}
+
+/// What the probe named `name` recorded (see tests/e2e/probe.sh).
+pub struct Probe<'a> {
+    pub m: &'a Machine,
+    pub name: String,
+}
+
+impl<'a> Probe<'a> {
+    pub fn new(m: &'a Machine, name: &str) -> Probe<'a> {
+        Probe {
+            m,
+            name: name.to_string(),
+        }
+    }
+
+    fn path(&self, file: &str) -> String {
+        format!("{PROBE_DIR}/{}/{file}", self.name)
+    }
+
+    pub fn file(&self, file: &str) -> Option<Vec<u8>> {
+        self.m.read(&self.path(file))
+    }
+
+    pub fn text(&self, file: &str) -> Option<String> {
+        self.m.read_string(&self.path(file))
+    }
+
+    /// How many times the probe started (0 when never).
+    pub fn starts(&self) -> usize {
+        self.text("starts").map(|s| s.lines().count()).unwrap_or(0)
+    }
+
+    /// Start times (seconds since the epoch, as the probe saw them), oldest first.
+    pub fn start_times(&self) -> Vec<f64> {
+        self.text("starts")
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.split_whitespace().next()?.parse().ok())
+            .collect()
+    }
+
+    /// The arguments after `/bin/sh /usr/local/bin/probe`, byte-exact.
+    pub fn args(&self) -> Vec<Vec<u8>> {
+        let raw = self.file("argv").expect("probe recorded argv");
+        let mut parts: Vec<Vec<u8>> = raw
+            .strip_suffix(b"\0")
+            .unwrap_or(&raw)
+            .split(|b| *b == 0)
+            .map(|p| p.to_vec())
+            .collect();
+        assert!(
+            parts.len() >= 2 && parts[1].ends_with(b"/probe"),
+            "unexpected argv {:?}",
+            String::from_utf8_lossy(&raw)
+        );
+        parts.drain(..2);
+        parts
+    }
+
+    /// The value of `key` in the environment the probe received, byte-exact.
+    pub fn env(&self, key: &str) -> Option<Vec<u8>> {
+        let raw = self.file("environ").expect("probe recorded environ");
+        let prefix = format!("{key}=");
+        raw.split(|b| *b == 0)
+            .find(|e| e.starts_with(prefix.as_bytes()))
+            .map(|e| e[prefix.len()..].to_vec())
+    }
+
+    /// A field of /proc/self/status as the probe saw it, e.g. "Uid" -> "1000\t1000\t1000\t1000".
+    pub fn status(&self, field: &str) -> String {
+        let s = self.text("status").expect("probe recorded status");
+        s.lines()
+            .find_map(|l| l.strip_prefix(&format!("{field}:")))
+            .unwrap_or_else(|| panic!("no {field} in status"))
+            .trim()
+            .to_string()
+    }
+
+    /// "memory" or "cpu" from the limits file.
+    pub fn limit(&self, what: &str) -> String {
+        let s = self.text("limits").expect("probe recorded limits");
+        s.lines()
+            .find_map(|l| l.strip_prefix(&format!("{what}=")))
+            .unwrap_or_else(|| panic!("no {what} in limits: {s}"))
+            .to_string()
+    }
+
+    /// Waits until the probe has started at least `n` times.
+    pub fn wait_starts(&self, n: usize) {
+        self.m.wait_for(
+            &format!("probe {} to start {n} time(s)", self.name),
+            SOON,
+            || (self.starts() >= n).then_some(()),
+        );
+    }
+}
+
+/// Waits until `unit` is in one of `states` (ActiveState).
+pub fn wait_state(m: &Machine, unit: &str, states: &[&str]) -> String {
+    m.wait_for(&format!("{unit} to be {states:?}"), SOON, || {
+        let s = m.prop(unit, "ActiveState");
+        states.contains(&s.as_str()).then_some(s)
+    })
+}
+
+/// After a reload, start what the generator made wanted (what podunit-sync does for the user).
+pub fn start_pods(m: &Machine) {
+    m.daemon_reload();
+    m.sh_ok("systemctl start podunit.target");
+}
+
+/// Units named podunit-<ns>_<pod>* that systemd still knows about in any state.
+pub fn known_units(m: &Machine, ns: &str, pod: &str) -> Vec<String> {
+    let pattern = format!("podunit-{ns}_{pod}*");
+    let out = m.systemctl(&["list-units", "--all", "--no-legend", "--plain", &pattern]);
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+        .collect()
+}
