@@ -6,7 +6,10 @@
 pub mod backoff;
 pub mod client;
 pub mod kubeconfig;
+pub mod mirror;
 pub mod node;
+pub mod observe;
 pub mod podstatus;
 pub mod spool;
+pub mod token;
 pub mod watch;
