@@ -17,6 +17,9 @@ pub struct Config {
     pub node_name: Option<String>,
     /// A kubeconfig with the node's credentials. Absent: local mode, the API server is never contacted.
     pub kubeconfig: Option<PathBuf>,
+    /// The node IP to report (InternalIP, pods' hostIP/podIP); default: the default route's address.
+    #[serde(rename = "nodeIP")]
+    pub node_ip: Option<String>,
     /// Extra labels for the Node object (the standard ones are always set).
     pub node_labels: std::collections::BTreeMap<String, String>,
     /// Timing of the node agent (cluster mode).

@@ -3,6 +3,7 @@
 //! Pure parts (kubeconfig resolution, watch decoding, back-off, the Node/Lease/PodStatus builders,
 //! the spool format) are separate from the loops that do I/O, so each is unit-tested on its own.
 
+pub mod agent;
 pub mod backoff;
 pub mod client;
 pub mod kubeconfig;
@@ -12,4 +13,5 @@ pub mod observe;
 pub mod podstatus;
 pub mod spool;
 pub mod token;
+pub mod units;
 pub mod watch;
