@@ -368,9 +368,10 @@ struct PodRec {
     event_sent: bool,
 }
 
+/// A static pod and its mirror (keyed by the static pod's namespace and name).
 struct MirrorRec {
     hash: String,
-    api: Option<Pod>,
+    mirror_name: String,
     static_pod: Pod,
     posted: Option<PodStatus>,
 }
@@ -384,6 +385,9 @@ pub struct Worker {
     spool: Spool,
     pods: BTreeMap<(String, String), PodRec>,
     mirrors: BTreeMap<(String, String), MirrorRec>,
+    /// Mirror pods bound to this node as the watch shows them, by (namespace, mirror name). A node
+    /// may not read pods that are not bound to it, so this is the only way to know them.
+    api_mirrors: BTreeMap<(String, String), Pod>,
     dirty_since: Option<Instant>,
     last_dirty: Instant,
     api_retry_at: Option<Instant>,
@@ -426,6 +430,7 @@ impl Worker {
             spool,
             pods: BTreeMap::new(),
             mirrors: BTreeMap::new(),
+            api_mirrors: BTreeMap::new(),
             dirty_since: None,
             last_dirty: Instant::now(),
             api_retry_at: None,
@@ -551,16 +556,10 @@ impl Worker {
                 self.mark_dirty();
             }
         }
+        self.api_mirrors.clear();
         for p in list {
             if mirror::is_mirror(&p) {
-                let k = key_of(&p);
-                if let Some(m) = self
-                    .mirrors
-                    .values_mut()
-                    .find(|m| m.api.as_ref().map(key_of) == Some(k.clone()))
-                {
-                    m.api = Some(p);
-                }
+                self.api_mirrors.insert(key_of(&p), p);
                 continue;
             }
             self.upsert(p);
@@ -577,6 +576,8 @@ impl Worker {
 
     fn upsert(&mut self, pod: Pod) {
         if mirror::is_mirror(&pod) {
+            self.api_mirrors.insert(key_of(&pod), pod);
+            self.last_mirror_scan = None;
             return;
         }
         let k = key_of(&pod);
@@ -909,11 +910,10 @@ impl Worker {
             now(),
         );
         let pod = rec.pod.clone();
-        let first = !rec.event_sent;
-        self.post_status(k, st);
-        if first {
+        if !rec.event_sent {
             self.event(&pod, "Warning", reason, message);
         }
+        self.post_status(k, st);
     }
 
     fn block(&mut self, k: &(String, String), reason: &str, message: &str) {
@@ -1096,11 +1096,11 @@ impl Worker {
 
     fn gone(&mut self, pod: &Pod) {
         if mirror::is_mirror(pod) {
-            for m in self.mirrors.values_mut() {
-                if m.api.as_ref().map(uid_of) == Some(uid_of(pod)) {
-                    m.api = None;
-                }
+            let k = key_of(pod);
+            if self.api_mirrors.get(&k).map(uid_of) == Some(uid_of(pod)) {
+                self.api_mirrors.remove(&k);
             }
+            self.last_mirror_scan = None;
             return;
         }
         let k = key_of(pod);
@@ -1208,6 +1208,24 @@ impl Worker {
 
     // -- mirror pods -----------------------------------------------------------------------------
 
+    fn delete_mirror(&mut self, ns: &str, api: &Pod) -> bool {
+        let path = client::path::<Pod>(Some(ns), api.metadata.name.as_deref());
+        let opts = DeleteOptions {
+            grace_period_seconds: Some(0),
+            uid: api.metadata.uid.clone(),
+            resource_version: None,
+        };
+        match self.client.delete(&path, &opts) {
+            Ok(()) => true,
+            Err(e) if e.is_not_found() || e.is_conflict() => true,
+            Err(e) => {
+                self.api_failed("deleting a mirror pod", &e);
+                false
+            }
+        }
+    }
+
+    /// Keeps one current mirror pod per static pod, and none for anything else.
     fn scan_mirrors(&mut self) {
         if self
             .last_mirror_scan
@@ -1219,102 +1237,78 @@ impl Worker {
         let Some(node_uid) = self.shared.node_uid.lock().unwrap().clone() else {
             return;
         };
-        let mut paths = self.cfg.paths.clone();
-        let catalog = crate::manifest::Catalog::load(&paths);
-        paths.root = self.cfg.paths.root.clone();
-        let mut seen = std::collections::BTreeSet::new();
+        let catalog = crate::manifest::Catalog::load(&self.cfg.paths);
+        let mut wanted = std::collections::BTreeSet::new();
+        let mut statics = BTreeMap::new();
         for e in catalog.pods.iter().filter(|e| e.source.is_static()) {
             if self.cfg.policy.check_local_pods && policy::check(&e.pod, &self.cfg.policy).is_err()
             {
                 continue;
             }
             let k = (e.namespace().to_string(), e.name().to_string());
-            seen.insert(k.clone());
-            let hash = mirror::config_hash(&e.pod);
-            let current = self
-                .mirrors
-                .get(&k)
-                .is_some_and(|m| m.hash == hash && m.api.is_some());
-            if current {
-                continue;
-            }
-            let want = mirror::mirror_pod(&e.pod, &self.cfg.node_name, &node_uid);
-            let name = want.metadata.name.clone().unwrap_or_default();
-            let path = client::path::<Pod>(Some(&k.0), Some(&name));
-            let existing = match self.client.get::<Pod>(&path) {
-                Ok(p) => Some(p),
-                Err(e) if e.is_not_found() => None,
-                Err(e) => {
-                    self.api_failed("reading a mirror pod", &e);
-                    return;
-                }
-            };
-            let api = match existing {
-                Some(p)
-                    if mirror::mirrors(&p, &hash) && p.metadata.deletion_timestamp.is_none() =>
-                {
-                    Some(p)
-                }
-                other => {
-                    if let Some(old) = other {
-                        let opts = DeleteOptions {
-                            grace_period_seconds: Some(0),
-                            uid: old.metadata.uid.clone(),
-                            resource_version: None,
-                        };
-                        if let Err(e) = self.client.delete(&path, &opts)
-                            && !e.is_not_found()
-                        {
-                            self.api_failed("replacing a mirror pod", &e);
-                            continue;
-                        }
-                    }
-                    match self
-                        .client
-                        .create::<_, Pod>(&client::path::<Pod>(Some(&k.0), None), &want)
-                    {
-                        Ok(p) => Some(p),
-                        Err(e) => {
-                            self.api_failed(&format!("creating mirror pod {}/{name}", k.0), &e);
-                            None
-                        }
-                    }
-                }
-            };
-            self.mirrors.insert(
-                k,
-                MirrorRec {
-                    hash,
-                    api,
-                    static_pod: e.pod.clone(),
-                    posted: None,
-                },
-            );
-            self.status_due = true;
+            let mirror_name = mirror::name(&k.1, &self.cfg.node_name);
+            wanted.insert((k.0.clone(), mirror_name.clone()));
+            statics.insert(k, (e.pod.clone(), mirror_name));
         }
-        // Static pods removed from disk: their mirrors go.
-        let stale: Vec<(String, String)> = self
-            .mirrors
-            .keys()
-            .filter(|k| !seen.contains(*k))
-            .cloned()
+        // Mirrors of static pods that are gone (or never ours): removed, as the kubelet does.
+        let stale: Vec<((String, String), Pod)> = self
+            .api_mirrors
+            .iter()
+            .filter(|(k, _)| !wanted.contains(*k))
+            .map(|(k, p)| (k.clone(), p.clone()))
             .collect();
-        for k in stale {
-            if let Some(m) = self.mirrors.remove(&k)
-                && let Some(api) = m.api
-            {
-                let path = client::path::<Pod>(Some(&k.0), api.metadata.name.as_deref());
-                let opts = DeleteOptions {
-                    grace_period_seconds: Some(0),
-                    uid: api.metadata.uid.clone(),
-                    resource_version: None,
-                };
-                if let Err(e) = self.client.delete(&path, &opts)
-                    && !e.is_not_found()
+        for (k, p) in stale {
+            if !self.api_ok() || !self.delete_mirror(&k.0, &p) {
+                return;
+            }
+            self.api_mirrors.remove(&k);
+        }
+        self.mirrors.retain(|k, _| statics.contains_key(k));
+        for (k, (static_pod, mirror_name)) in statics {
+            if !self.api_ok() {
+                return;
+            }
+            let hash = mirror::config_hash(&static_pod);
+            let mk = (k.0.clone(), mirror_name.clone());
+            let current = self.api_mirrors.get(&mk).cloned();
+            let ok = current.as_ref().is_some_and(|p| {
+                mirror::mirrors(p, &hash) && p.metadata.deletion_timestamp.is_none()
+            });
+            if !ok {
+                if let Some(old) = &current {
+                    if !self.delete_mirror(&k.0, old) {
+                        continue;
+                    }
+                    self.api_mirrors.remove(&mk);
+                }
+                let want = mirror::mirror_pod(&static_pod, &self.cfg.node_name, &node_uid);
+                match self
+                    .client
+                    .create::<_, Pod>(&client::path::<Pod>(Some(&k.0), None), &want)
                 {
-                    self.api_failed("deleting a mirror pod", &e);
+                    Ok(p) => {
+                        self.api_mirrors.insert(mk, p);
+                    }
+                    // Already there: the watch will tell us about it.
+                    Err(e) if e.code() == Some(409) => {}
+                    Err(e) => {
+                        self.api_failed(&format!("creating mirror pod {}/{mirror_name}", k.0), &e);
+                        continue;
+                    }
                 }
             }
+            let rec = self.mirrors.entry(k).or_insert_with(|| MirrorRec {
+                hash: hash.clone(),
+                mirror_name: mirror_name.clone(),
+                static_pod: static_pod.clone(),
+                posted: None,
+            });
+            if rec.hash != hash {
+                rec.hash = hash;
+                rec.static_pod = static_pod;
+                rec.posted = None;
+            }
+            self.status_due = true;
         }
     }
 
@@ -1327,7 +1321,13 @@ impl Worker {
             let Some(m) = self.mirrors.get(&k) else {
                 continue;
             };
-            let Some(api) = m.api.clone() else { continue };
+            let Some(api) = self
+                .api_mirrors
+                .get(&(k.0.clone(), m.mirror_name.clone()))
+                .cloned()
+            else {
+                continue;
+            };
             let units = observe::pod_units(&m.static_pod);
             let Ok(props) = self.units.props(&units) else {
                 continue;
@@ -1352,9 +1352,8 @@ impl Worker {
                     }
                 }
                 Err(e) if e.is_not_found() => {
-                    if let Some(m) = self.mirrors.get_mut(&k) {
-                        m.api = None;
-                    }
+                    self.api_mirrors
+                        .remove(&(k.0.clone(), api.metadata.name.clone().unwrap_or_default()));
                     self.last_mirror_scan = None;
                 }
                 Err(e) => self.api_failed("posting mirror pod status", &e),
@@ -1388,8 +1387,8 @@ pub fn run(
     }
     worker.run(rx);
     shared.stop.store(true, Ordering::SeqCst);
-    for t in threads {
-        let _ = t.join();
-    }
+    // The loops see the flag within a wait period; a watch blocked on a quiet stream ends with the
+    // process (or the connection), so nobody waits for it.
+    drop(threads);
     Ok(())
 }
