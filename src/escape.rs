@@ -24,6 +24,9 @@
 //!   in the executable rather than encoded two different ways.
 //! - Values without quoting ([`plain`], [`path`]) cannot hold control characters at all, lose
 //!   surrounding whitespace, and a trailing `\` would join the next line: all refused.
+//! - A Unicode noncharacter (U+FDD0..U+FDEF, U+xFFFE/U+xFFFF) anywhere in a line makes systemd
+//!   drop the line and fail the unit; `\u` escapes of them are refused too. Refused everywhere.
+//! - A first word `;` separates commands even when quoted: refused as an executable.
 //! - `Environment=` accepts only names matching `[A-Za-z_][A-Za-z0-9_]*` (others are dropped with a
 //!   warning), so they are refused here.
 //!
@@ -63,6 +66,10 @@ pub enum EscapeError {
     VarInExecutable,
     /// A control or line-break character in a value whose syntax has no escapes.
     ControlChar(char),
+    /// A Unicode noncharacter (U+FDD0..U+FDEF, U+xFFFE, U+xFFFF): systemd calls such text
+    /// "not UTF-8 clean" and drops the line, after which the unit fails to load (an environment
+    /// file is refused whole); no escape can write them.
+    NonCharacter(char),
     /// Leading or trailing whitespace in a value whose syntax strips it.
     SurroundingWhitespace,
     /// A trailing `\` in a value whose syntax would join it with the next line.
@@ -114,6 +121,11 @@ impl fmt::Display for EscapeError {
                     "contains the control character {c:?}, which this setting cannot hold"
                 )
             }
+            EscapeError::NonCharacter(c) => write!(
+                f,
+                "contains the Unicode noncharacter U+{:04X}, which systemd refuses",
+                *c as u32
+            ),
             EscapeError::SurroundingWhitespace => {
                 write!(
                     f,
@@ -233,6 +245,23 @@ fn check_len(s: String) -> Result<String, EscapeError> {
     }
 }
 
+/// What systemd's `unichar_is_valid()` refuses, beyond what a Rust `char` already excludes.
+fn is_noncharacter(c: char) -> bool {
+    let u = c as u32;
+    (0xFDD0..=0xFDEF).contains(&u) || (u & 0xFFFE) == 0xFFFE
+}
+
+/// Refuses what no syntax can carry: NUL and noncharacters.
+fn check_char(c: char) -> Result<(), EscapeError> {
+    if c == '\0' {
+        Err(EscapeError::Nul)
+    } else if is_noncharacter(c) {
+        Err(EscapeError::NonCharacter(c))
+    } else {
+        Ok(())
+    }
+}
+
 /// Characters a reader could take as a line break or that terminals interpret: ASCII controls,
 /// DEL, the C1 controls and the Unicode line and paragraph separators.
 fn is_control(c: char) -> bool {
@@ -243,8 +272,8 @@ fn is_control(c: char) -> bool {
 /// `Environment=`, `LogExtraFields=`). `dollar` doubles `$` for command lines.
 fn push_c_quoted(out: &mut String, s: &str, dollar: bool) -> Result<(), EscapeError> {
     for c in s.chars() {
+        check_char(c)?;
         match c {
-            '\0' => return Err(EscapeError::Nul),
             '\\' => out.push_str("\\\\"),
             '"' => out.push_str("\\\""),
             '\n' => out.push_str("\\n"),
@@ -264,6 +293,7 @@ fn push_c_quoted(out: &mut String, s: &str, dollar: bool) -> Result<(), EscapeEr
 /// Checks the executable (first word) of a command line; see the module notes.
 fn check_executable(exe: &str) -> Result<(), EscapeError> {
     let first = exe.chars().next().ok_or(EscapeError::EmptyExecutable)?;
+    exe.chars().try_for_each(check_char)?;
     if EXEC_PREFIXES.contains(&first) {
         return Err(EscapeError::ExecutablePrefix(first));
     }
@@ -281,8 +311,9 @@ fn check_executable(exe: &str) -> Result<(), EscapeError> {
         // systemd refuses a trailing '/' ("specifies a directory") and over-long paths.
         !exe.ends_with('/') && exe.len() < 4096 && exe.split('/').all(|c| c.len() <= 255)
     } else {
-        // A name without '/': systemd searches it in its fixed PATH.
-        !exe.contains('/') && exe != "." && exe != ".." && exe.len() <= 255
+        // A name without '/': systemd searches it in its fixed PATH. A first word ";" (even
+        // quoted) separates commands instead.
+        !exe.contains('/') && !matches!(exe, "." | ".." | ";") && exe.len() <= 255
     };
     if valid {
         Ok(())
@@ -364,6 +395,7 @@ pub fn log_extra_field(name: &str, value: &str) -> Result<String, EscapeError> {
 /// A single-string value for keys parsed without quoting or escapes (see the module table):
 /// only `%` needs encoding; what cannot be represented is refused.
 pub fn plain(s: &str) -> Result<String, EscapeError> {
+    s.chars().try_for_each(check_char)?;
     if let Some(c) = s.chars().find(|&c| is_control(c)) {
         return Err(if c == '\0' {
             EscapeError::Nul
@@ -383,9 +415,7 @@ pub fn plain(s: &str) -> Result<String, EscapeError> {
 
 /// Checks that `p` is an absolute path that systemd keeps as it is (no simplification).
 pub fn check_path(p: &str) -> Result<(), EscapeError> {
-    if p.contains('\0') {
-        return Err(EscapeError::Nul);
-    }
+    p.chars().try_for_each(check_char)?;
     if !p.starts_with('/') {
         return Err(EscapeError::PathNotAbsolute);
     }
@@ -445,8 +475,8 @@ pub fn env_file_line(name: &str, value: &str) -> Result<String, EscapeError> {
     out.push_str(name);
     out.push_str("=\"");
     for c in value.chars() {
+        check_char(c)?;
         match c {
-            '\0' => return Err(EscapeError::Nul),
             '"' | '\\' | '`' | '$' => {
                 out.push('\\');
                 out.push(c);
@@ -524,6 +554,8 @@ mod tests {
             ("bin/sh", EscapeError::InvalidExecutable),
             ("./sh", EscapeError::InvalidExecutable),
             ("..", EscapeError::InvalidExecutable),
+            (";", EscapeError::InvalidExecutable),
+            ("/bin/\u{fffe}", EscapeError::NonCharacter('\u{fffe}')),
         ] {
             assert_eq!(exec_line_literal(&[exe]), Err(err), "{exe:?}");
         }
@@ -548,6 +580,29 @@ mod tests {
         assert_eq!(path("/a\0"), Err(EscapeError::Nul));
         assert_eq!(path_word("/a\0"), Err(EscapeError::Nul));
         assert_eq!(env_file_line("A", "a\0b"), Err(EscapeError::Nul));
+    }
+
+    #[test]
+    fn noncharacters_rejected_everywhere() {
+        for c in [
+            '\u{fdd0}',
+            '\u{fdef}',
+            '\u{fffe}',
+            '\u{ffff}',
+            '\u{1fffe}',
+            '\u{10ffff}',
+        ] {
+            let v = format!("a{c}b");
+            let e = Err(EscapeError::NonCharacter(c));
+            assert_eq!(exec_line_literal(&["/bin/true", &v]), e);
+            assert_eq!(environment_assignment("A", &v), e);
+            assert_eq!(log_extra_field("A", &v), e);
+            assert_eq!(plain(&v), e);
+            assert_eq!(path(&format!("/{v}")), e);
+            assert_eq!(path_word(&format!("/{v}")), e);
+            assert_eq!(env_file_line("A", &v), e);
+        }
+        assert!(plain("\u{fdcf}\u{fdf0}\u{fffd}\u{1fffd}").is_ok());
     }
 
     #[test]

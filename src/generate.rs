@@ -57,11 +57,22 @@ pub fn generate(catalog: &Catalog, node: &NodeFacts, images: &dyn ImageResolver)
 }
 
 /// Writes the tree under `dir` (the generator's normal directory, or `render --output-dir`).
-/// Every unit is rendered before anything is written: a unit that cannot be written is a bug
-/// caught by translation, but even then no half tree is left.
-pub fn write_tree(dir: &Path, g: &Generated) -> io::Result<()> {
+/// Each pod is written on its own: one that cannot be written (a full disk, say) is reported and
+/// the others are still written. Returns the pods that failed, with why.
+pub fn write_tree(dir: &Path, g: &Generated) -> Vec<(String, io::Error)> {
+    let mut failed = Vec::new();
+    for pod in &g.pods {
+        if let Err(e) = write_pod(dir, pod) {
+            failed.push((format!("{}/{}", pod.plan.namespace, pod.plan.name), e));
+        }
+    }
+    failed
+}
+
+fn write_pod(dir: &Path, pod: &PodUnits) -> io::Result<()> {
+    // Render everything first: nothing is written for a pod that cannot be rendered whole.
     let mut files = Vec::new();
-    for o in g.outputs() {
+    for o in &pod.outputs {
         match o {
             Output::Unit(u) => {
                 let text = u
@@ -80,7 +91,7 @@ pub fn write_tree(dir: &Path, g: &Generated) -> io::Result<()> {
         }
         std::fs::write(&path, text)?;
     }
-    for o in g.outputs() {
+    for o in &pod.outputs {
         if let Output::Symlink { link, target } = o {
             let path = dir.join(link);
             if let Some(parent) = path.parent() {

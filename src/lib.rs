@@ -14,13 +14,27 @@ pub mod kube;
 
 #[cfg(feature = "cli")]
 pub mod cli;
+
 pub mod diag;
 pub mod escape;
 pub mod generate;
+pub mod generated;
+#[cfg(feature = "cli")]
+pub mod localsync;
 pub mod manifest;
 pub mod plan;
+#[cfg(feature = "cli")]
 pub mod prepare;
 pub mod quantity;
+pub mod reconcile;
+pub mod statefile;
+pub mod status;
+#[cfg(feature = "cli")]
+pub mod systemd;
+pub mod timefmt;
 pub mod translate;
 pub mod unit;
+pub mod unitstate;
 pub mod validate;
+#[cfg(feature = "cli")]
+pub mod watch;

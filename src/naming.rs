@@ -5,17 +5,19 @@
 //! `podunit-<namespace>_<pod>_<container>.service` one per init and app container
 //!
 //! Kubernetes names never contain `_`, so `_` separates the parts unambiguously. A name that would
-//! exceed systemd's 255 characters keeps a prefix of the pod name and appends `:` and a hash of the
-//! full `namespace/pod`; `:` never occurs in a Kubernetes name, so such a name is recognisable and
-//! its identity is read from the unit's `X-PodunitPod=` key instead.
+//! exceed the length limit keeps a prefix of the pod name and appends `H` and a hash of the full
+//! `namespace/pod`; upper-case letters never occur in a Kubernetes name, so such a name is
+//! recognisable, and its identity is read from the unit's `X-PodunitPod=` key instead. (`:` would
+//! be valid too, but `systemd-analyze verify` cannot handle unit names that contain it.)
 
 use sha2::{Digest, Sha256};
 
 pub const PREFIX: &str = "podunit";
 pub const TARGET: &str = "podunit.target";
 pub const SYNC_SERVICE: &str = "podunit-sync.service";
-/// systemd's limit on unit names (UNIT_NAME_MAX).
-pub const UNIT_NAME_MAX: usize = 255;
+/// systemd's limit on unit names is 255 (UNIT_NAME_MAX), but `<unit>.wants/` and `<unit>.d/`
+/// directories must fit in a file name too (NAME_MAX 255): keep room for `.requires`.
+pub const UNIT_NAME_MAX: usize = 255 - ".requires".len();
 const HASH_LEN: usize = 16;
 
 /// What a unit belongs to.
@@ -84,7 +86,7 @@ fn build(namespace: &str, pod: &str, container: Option<&str>, suffix: &str, slic
         short.push_str(&e);
     }
     format!(
-        "{PREFIX}-{}_{short}:{}{tail}{suffix}",
+        "{PREFIX}-{}_{short}H{}{tail}{suffix}",
         esc(namespace),
         hash(namespace, pod)
     )
@@ -131,7 +133,7 @@ pub fn parse(unit: &str) -> Option<Parsed> {
     if ns.is_empty() || pod.is_empty() || container.as_deref() == Some("") {
         return None;
     }
-    match pod.split_once(':') {
+    match pod.split_once('H') {
         Some((_, h)) => Some(Parsed::Shortened {
             namespace: ns,
             hash: h.to_string(),

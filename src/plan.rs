@@ -26,6 +26,13 @@ pub struct PodPlan {
     pub runtime_dir: String,
     pub volumes: Vec<VolumePlan>,
     pub env_files: Vec<EnvFilePlan>,
+    /// Numeric users (uid, primary gid) and groups the containers run with. Kubernetes needs no
+    /// user database entry for them, systemd does: those the host does not know get a record in
+    /// /run/userdb (nss-systemd) when the pod starts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub users: Vec<(u32, u32)>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

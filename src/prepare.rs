@@ -109,6 +109,7 @@ pub fn prepare(
     let runtime = paths.host(&plan.runtime_dir);
     mkdir(&state, 0o700)?;
     mkdir(&runtime, 0o700)?;
+    ensure_ids(plan, paths)?;
     for v in &plan.volumes {
         prepare_volume(plan, paths, catalog, v)?;
     }
@@ -120,6 +121,63 @@ pub fn prepare(
         write_file(&paths.host(&f.path), text.as_bytes(), 0, 0, 0o600)?;
     }
     Ok(())
+}
+
+/// Where nss-systemd reads user and group records (tmpfs: gone at reboot, written again at start).
+const USERDB: &str = "/run/userdb";
+
+/// Gives every numeric user and group of the pod an entry in the user database, as systemd needs
+/// one for `User=`, `Group=` and `SupplementaryGroups=` while Kubernetes does not. IDs the host
+/// already knows are left alone.
+fn ensure_ids(plan: &PodPlan, paths: &Paths) -> Result<(), PrepareError> {
+    use nix::unistd::{Gid, Group, Uid, User};
+    if plan.users.is_empty() && plan.groups.is_empty() {
+        return Ok(());
+    }
+    let dir = paths.host(USERDB);
+    let known_user = |uid: u32| matches!(User::from_uid(Uid::from_raw(uid)), Ok(Some(_)));
+    let known_group = |gid: u32| matches!(Group::from_gid(Gid::from_raw(gid)), Ok(Some(_)));
+    for &(uid, gid) in &plan.users {
+        if !known_user(uid) {
+            let name = format!("podunit-{uid}");
+            let record = serde_json::json!({
+                "userName": name, "uid": uid, "gid": gid, "homeDirectory": "/",
+                "shell": "/usr/sbin/nologin", "disposition": "container", "realName": "podunit pod user",
+            });
+            write_record(&dir, &name, &uid.to_string(), "user", &record)?;
+        }
+    }
+    let primary: Vec<u32> = plan.users.iter().map(|(_, g)| *g).collect();
+    for &gid in plan.groups.iter().chain(&primary) {
+        if gid != 0 && !known_group(gid) {
+            let name = format!("podunit-g{gid}");
+            let record =
+                serde_json::json!({ "groupName": name, "gid": gid, "disposition": "container" });
+            write_record(&dir, &name, &gid.to_string(), "group", &record)?;
+        }
+    }
+    Ok(())
+}
+
+/// `<name>.<kind>` plus the `<id>.<kind>` link nss-systemd looks numeric IDs up by.
+fn write_record(
+    dir: &Path,
+    name: &str,
+    id: &str,
+    kind: &str,
+    record: &serde_json::Value,
+) -> Result<(), PrepareError> {
+    mkdir(dir, 0o755)?;
+    write_file(
+        &dir.join(format!("{name}.{kind}")),
+        record.to_string().as_bytes(),
+        0,
+        0,
+        0o644,
+    )?;
+    let link = dir.join(format!("{id}.{kind}"));
+    let _ = fs::remove_file(&link);
+    std::os::unix::fs::symlink(format!("{name}.{kind}"), &link).map_err(io_err(&link))
 }
 
 /// Removes the pod's runtime files (secrets and env files). Persistent state stays until the pod is

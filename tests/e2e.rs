@@ -1059,3 +1059,174 @@ spec:
         m.diagnostics()
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Environment from objects and the downward API; the journal.
+
+#[test]
+fn env_from_configmap_secret_and_downward_api_reach_the_process_only() {
+    let m = Machine::boot("env-objects");
+    // A hostile secret: it must arrive byte-exact and never be expanded again.
+    let secret = "p a$s\"w'o\\rd %n $HOME ${X} $(COLOR)\nline2 ✓";
+    let manifest = format!(
+        r#"apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: settings
+data:
+  LOG_LEVEL: debug
+  color: blue
+---
+apiVersion: v1
+kind: Secret
+metadata:
+  name: creds
+stringData:
+  password: {secret}
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: envpod
+  labels:
+    app: envlabel
+spec:
+  containers:
+  - name: main
+    image: host
+    workingDir: /srv
+    command: ["/usr/local/bin/probe"]
+    args: ["$(PASSWORD)", "pw=$(PASSWORD)!", "$(COLOR)"]
+    envFrom:
+    - configMapRef:
+        name: settings
+    - prefix: S_
+      secretRef:
+        name: creds
+    env:
+    - name: PROBE
+      value: envpod
+    - name: PASSWORD
+      valueFrom:
+        secretKeyRef:
+          name: creds
+          key: password
+    - name: COLOR
+      valueFrom:
+        configMapKeyRef:
+          name: settings
+          key: color
+    - name: LOG_LEVEL
+      value: info
+    - name: MY_POD
+      valueFrom:
+        fieldRef:
+          fieldPath: metadata.name
+    - name: MY_NS
+      valueFrom:
+        fieldRef:
+          fieldPath: metadata.namespace
+    - name: MY_UID
+      valueFrom:
+        fieldRef:
+          fieldPath: metadata.uid
+    - name: MY_LABEL
+      valueFrom:
+        fieldRef:
+          fieldPath: metadata.labels['app']
+"#,
+        secret = yaml_str(secret)
+    );
+    m.write("/etc/pods.d/envpod.yaml", manifest.as_bytes());
+    start_pods(&m);
+    let p = Probe::new(&m, "envpod");
+    p.wait_starts(1);
+    let env = |k: &str| p.env(k).map(|v| String::from_utf8_lossy(&v).into_owned());
+    assert_eq!(env("PASSWORD").as_deref(), Some(secret));
+    assert_eq!(env("S_password").as_deref(), Some(secret));
+    assert_eq!(env("COLOR").as_deref(), Some("blue"));
+    assert_eq!(env("color").as_deref(), Some("blue"));
+    assert_eq!(
+        env("LOG_LEVEL").as_deref(),
+        Some("info"),
+        "env wins over envFrom"
+    );
+    assert_eq!(env("MY_POD").as_deref(), Some("envpod"));
+    assert_eq!(env("MY_NS").as_deref(), Some("default"));
+    assert_eq!(env("MY_LABEL").as_deref(), Some("envlabel"));
+    let unit_uid = m.sh_ok(&format!(
+        "sed -n 's/^X-PodunitUid=//p' /run/systemd/generator/{}",
+        pod_unit(NS, "envpod")
+    ));
+    assert_eq!(env("MY_UID"), Some(unit_uid.trim().to_string()));
+    assert!(!unit_uid.trim().is_empty());
+    let args: Vec<String> = p
+        .args()
+        .iter()
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    assert_eq!(
+        args,
+        vec![
+            secret.to_string(),
+            format!("pw={secret}!"),
+            "blue".to_string()
+        ]
+    );
+    assert_eq!(p.text("cwd").as_deref(), Some("/srv\n"));
+
+    // The secret is in no unit file, and wherever podunit keeps it, only root can read it.
+    let leaked =
+        m.sh(
+        "grep -rlF -e 'p a$s' -e 'line2 ✓' /run/systemd/generator /etc/systemd/system /run/systemd/system",
+    );
+    assert!(
+        !leaked.status.success(),
+        "secret in unit files: {}",
+        String::from_utf8_lossy(&leaked.stdout)
+    );
+    let readable = m.sh_ok(
+        "grep -rlF 'line2 ✓' /run/podunit /var/lib/podunit 2>/dev/null | while read -r f; do \
+           stat -c '%a %U %n' \"$f\"; done",
+    );
+    for line in readable.lines() {
+        let mode = u32::from_str_radix(line.split(' ').next().unwrap(), 8).unwrap();
+        assert_eq!(mode & 0o077, 0, "secret readable by others: {line}");
+        assert!(line.contains(" root "), "secret not owned by root: {line}");
+    }
+}
+
+#[test]
+fn container_output_is_in_the_journal_under_the_pod_fields() {
+    let m = Machine::boot("journal");
+    let manifest = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: jr
+spec:
+  containers:
+  - name: main
+    image: host
+    command: ["/bin/sh", "-c", "echo journal-line-from-jr; exec sleep infinity"]
+"#;
+    m.write("/etc/pods.d/jr.yaml", manifest.as_bytes());
+    start_pods(&m);
+    let uid = m.sh_ok(&format!(
+        "sed -n 's/^X-PodunitUid=//p' /run/systemd/generator/{}",
+        pod_unit(NS, "jr")
+    ));
+    let query = format!(
+        "journalctl --no-pager -o cat POD_NAMESPACE=default POD_NAME=jr CONTAINER_NAME=main POD_UID={}",
+        uid.trim()
+    );
+    m.wait_for(
+        "the container's line in the journal by pod fields",
+        SOON,
+        || {
+            m.sh_ok(&query)
+                .lines()
+                .any(|l| l == "journal-line-from-jr")
+                .then_some(())
+        },
+    );
+}

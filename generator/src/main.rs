@@ -30,34 +30,45 @@ fn main() -> ExitCode {
     for p in &generated.problems {
         report(&p.to_string(), p.is_error());
     }
-    if let Err(e) = write_tree(&normal, &generated) {
+    let failed = write_tree(&normal, &generated);
+    for (pod, e) in &failed {
         report(
-            &format!("cannot write units to {}: {e}", normal.display()),
+            &format!(
+                "pod {pod}: cannot write its units to {}: {e}",
+                normal.display()
+            ),
             true,
         );
-        return ExitCode::FAILURE;
     }
-    if generated.has_errors() {
+    if generated.has_errors() || !failed.is_empty() {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
     }
 }
 
-/// To stderr and, at boot when nothing else listens yet, to the kernel log.
+/// To stderr and to the journal; at boot, before journald runs, to the kernel log, which journald
+/// reads later. systemd 252 does not connect a generator's stderr to the journal.
 fn report(msg: &str, error: bool) {
     eprintln!("podunit-generator: {msg}");
-    // Priority 3 = err, 4 = warning (syslog levels); kmsg takes one record per write.
-    let line = format!(
-        "<{}>podunit-generator[{}]: {}\n",
-        if error { 3 } else { 4 },
-        std::process::id(),
-        msg.replace('\n', " ")
-    );
-    // Under a test root the host's kernel log is not ours to write.
+    // Under a test root the host's logs are not ours to write.
     if std::env::var_os(podunit::paths::ROOT_ENV).is_some_and(|r| !r.is_empty()) {
         return;
     }
+    let flat = msg.replace(['\n', '\r'], " ");
+    // syslog priorities: 3 = err, 4 = warning.
+    let prio = if error { 3 } else { 4 };
+    let native = format!("PRIORITY={prio}\nSYSLOG_IDENTIFIER=podunit-generator\nMESSAGE={flat}\n");
+    let sent = std::os::unix::net::UnixDatagram::unbound()
+        .and_then(|s| s.send_to(native.as_bytes(), "/run/systemd/journal/socket"))
+        .is_ok();
+    if sent {
+        return;
+    }
+    let line = format!(
+        "<{prio}>podunit-generator[{}]: {flat}\n",
+        std::process::id()
+    );
     if let Ok(mut k) = std::fs::OpenOptions::new().write(true).open("/dev/kmsg") {
         let _ = k.write_all(line.as_bytes());
     }

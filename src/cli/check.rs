@@ -91,8 +91,14 @@ pub fn render(args: RenderArgs) -> ExitCode {
     }
     match &args.output_dir {
         Some(dir) => {
-            if let Err(e) = write_tree(dir, &g) {
-                eprintln!("podunit render: cannot write {}: {e}", dir.display());
+            let failed = write_tree(dir, &g);
+            for (pod, e) in &failed {
+                eprintln!(
+                    "podunit render: pod {pod}: cannot write to {}: {e}",
+                    dir.display()
+                );
+            }
+            if !failed.is_empty() {
                 return ExitCode::from(1);
             }
         }

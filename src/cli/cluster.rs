@@ -1,7 +1,7 @@
 //! `podunit-sync` in cluster mode: load the kubeconfig (refusing loose permissions) and run the node
 //! agent until killed.
 
-use crate::config::Loaded;
+use crate::config::Config;
 use crate::kube::{agent, client::Client, kubeconfig, units};
 use crate::paths::Paths;
 use std::process::ExitCode;
@@ -23,8 +23,22 @@ fn systemd_version() -> String {
         .unwrap_or_else(|| "systemd://unknown".into())
 }
 
-/// Runs the node agent; returns only on a setup error.
-pub fn run(loaded: Loaded, paths: Paths) -> ExitCode {
+/// The node agent, ready to start.
+pub struct ClusterAgent {
+    client: Client,
+    config: agent::AgentConfig,
+}
+
+/// Reads the node configuration: `None` in local mode; in cluster mode the kubeconfig is loaded and
+/// checked (root-only files, verifiable server) or the start is refused with the reason.
+pub fn prepare(paths: &Paths) -> Result<Option<ClusterAgent>, ExitCode> {
+    let loaded = match Config::load(&paths.config_file()) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("podunit-sync: {e}");
+            return Err(ExitCode::FAILURE);
+        }
+    };
     for k in &loaded.unknown_keys {
         eprintln!(
             "podunit-sync: {}: unknown key {k:?} ignored",
@@ -33,43 +47,60 @@ pub fn run(loaded: Loaded, paths: Paths) -> ExitCode {
     }
     let cfg = loaded.config;
     let Some(kc) = cfg.kubeconfig.as_deref() else {
-        eprintln!("podunit-sync: no kubeconfig configured: not in cluster mode");
-        return ExitCode::FAILURE;
+        return Ok(None);
     };
     let kc_path = paths.host(&kc.to_string_lossy());
     let creds = match kubeconfig::load(&kc_path, kubeconfig::OwnerCheck::default()) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("podunit-sync: refusing to start: {e}");
-            return ExitCode::FAILURE;
+            return Err(ExitCode::FAILURE);
         }
     };
     let client = match Client::new(creds) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("podunit-sync: refusing to start: {e}");
-            return ExitCode::FAILURE;
+            return Err(ExitCode::FAILURE);
         }
     };
-    let acfg = agent::AgentConfig {
-        node_name: cfg.node_name(),
-        timing: cfg.cluster.clone(),
-        policy: cfg.policy.clone(),
-        labels: cfg.node_labels.clone(),
-        paths,
-        node_ip: cfg.node_ip.clone(),
-        runtime_version: systemd_version(),
-    };
-    let units: Arc<dyn units::Units> = Arc::new(units::Systemctl {
-        period: Duration::from_secs(2),
-    });
-    let shared = Arc::new(agent::Shared::default());
-    eprintln!("podunit-sync: node {} (cluster mode)", acfg.node_name);
-    match agent::run(client, acfg, units, shared) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("podunit-sync: {e}");
-            ExitCode::FAILURE
-        }
+    Ok(Some(ClusterAgent {
+        client,
+        config: agent::AgentConfig {
+            node_name: cfg.node_name(),
+            timing: cfg.cluster.clone(),
+            policy: cfg.policy.clone(),
+            labels: cfg.node_labels.clone(),
+            paths: paths.clone(),
+            node_ip: cfg.node_ip.clone(),
+            runtime_version: systemd_version(),
+        },
+    }))
+}
+
+impl ClusterAgent {
+    /// Runs the agent in the background, for the life of the process.
+    pub fn spawn(self) {
+        std::thread::spawn(move || {
+            let units: Arc<dyn units::Units> = match units::Dbus::connect() {
+                Ok(d) => Arc::new(d),
+                Err(e) => {
+                    eprintln!(
+                        "podunit-sync: cluster mode without D-Bus signals ({e}): using systemctl"
+                    );
+                    Arc::new(units::Systemctl {
+                        period: Duration::from_secs(2),
+                    })
+                }
+            };
+            eprintln!(
+                "podunit-sync: node {} (cluster mode)",
+                self.config.node_name
+            );
+            let shared = Arc::new(agent::Shared::default());
+            if let Err(e) = agent::run(self.client, self.config, units, shared) {
+                eprintln!("podunit-sync: cluster mode stopped: {e}");
+            }
+        });
     }
 }

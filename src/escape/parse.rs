@@ -342,8 +342,9 @@ pub fn bind_paths(value: &str) -> Result<Vec<BindPath>, ParseError> {
     Ok(out)
 }
 
-/// `load_env_file()`: the (name, value) pairs of an environment file, in order. Like systemd it
-/// does not check names (invalid ones are dropped later, when the environment is built).
+/// `load_env_file()`: the (name, value) pairs of an environment file, in order; a repeated name
+/// keeps its first position and its last value. Like systemd it does not check names (invalid
+/// ones are dropped later, when the environment is built).
 pub fn env_file(text: &str) -> Result<Vec<(String, String)>, ParseError> {
     #[derive(PartialEq)]
     enum S {
@@ -375,7 +376,12 @@ pub fn env_file(text: &str) -> Result<Vec<(String, String)>, ParseError> {
             if let Some(n) = value_ws {
                 value.truncate(n);
             }
-            out.push((std::mem::take(key), std::mem::take(value)));
+            let (k, v) = (std::mem::take(key), std::mem::take(value));
+            // strv_env_replace(): a later assignment replaces an earlier one in place.
+            match out.iter_mut().find(|(n, _)| *n == k) {
+                Some(e) => e.1 = v,
+                None => out.push((k, v)),
+            }
         };
     for c in text.chars() {
         match state {

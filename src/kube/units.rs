@@ -70,3 +70,101 @@ impl Units for Systemctl {
         true
     }
 }
+
+/// The D-Bus edge: systemd's own signals wake the status loop (no polling), properties come from
+/// the unit objects. `daemon-reload` is all a reload needs here: podunit-sync's reconcile loop
+/// starts and stops pods when systemd reports the reload.
+pub struct Dbus {
+    client: crate::systemd::Client,
+    changes: std::sync::Mutex<std::sync::mpsc::Receiver<()>>,
+}
+
+impl Dbus {
+    /// Connects twice to the system manager: one connection for calls, one for the signal stream.
+    pub fn connect() -> Result<Dbus, String> {
+        let client = crate::systemd::Client::system().map_err(|e| e.to_string())?;
+        let events = crate::systemd::Client::system()
+            .and_then(|c| c.events())
+            .map_err(|e| e.to_string())?;
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for ev in events.flatten() {
+                let ours = match &ev {
+                    crate::systemd::Event::UnitChanged { unit } => unit.starts_with("podunit-"),
+                    crate::systemd::Event::Reloading(false) => true,
+                    crate::systemd::Event::JobRemoved { unit, .. } => unit.starts_with("podunit-"),
+                    _ => false,
+                };
+                if ours && tx.send(()).is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(Dbus {
+            client,
+            changes: std::sync::Mutex::new(rx),
+        })
+    }
+}
+
+/// The unit properties status needs, from the D-Bus client's state.
+pub fn props_from_state(u: &crate::unitstate::UnitState) -> UnitProps {
+    use crate::unitstate::ExitKind;
+    UnitProps {
+        load_state: u.load_state.clone(),
+        active_state: u.active_state.clone(),
+        sub_state: u.sub_state.clone(),
+        result: u.result.clone(),
+        n_restarts: u.n_restarts,
+        exec_main_code: match u.exec_main_code {
+            ExitKind::None => 0,
+            ExitKind::Exited => 1,
+            ExitKind::Killed => 2,
+            ExitKind::Dumped => 3,
+        },
+        exec_main_status: u.exec_main_status,
+        exec_main_start_us: u.exec_main_start_us,
+        exec_main_exit_us: u.exec_main_exit_us,
+        active_enter_us: u.active_enter_us,
+        main_pid: u.main_pid,
+    }
+}
+
+impl Units for Dbus {
+    fn reload(&self) -> Result<(), String> {
+        self.client.reload().map_err(|e| e.to_string())
+    }
+
+    fn props(&self, units: &[String]) -> Result<HashMap<String, UnitProps>, String> {
+        let mut out = HashMap::new();
+        for u in units {
+            let st = self.client.unit_state(u).map_err(|e| e.to_string())?;
+            out.insert(u.clone(), props_from_state(&st));
+        }
+        Ok(out)
+    }
+
+    fn stop(&self, units: &[String], kill: bool) -> Result<(), String> {
+        if kill {
+            // The D-Bus client has no KillUnit; systemctl does the same call.
+            let mut args = vec!["kill", "--signal=SIGKILL"];
+            args.extend(units.iter().map(String::as_str));
+            return run(&args).map(|_| ());
+        }
+        for u in units {
+            self.client.stop(u).map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
+    fn wait_change(&self, timeout: Duration) -> bool {
+        let rx = self.changes.lock().unwrap();
+        match rx.recv_timeout(timeout) {
+            Ok(()) => {
+                while rx.try_recv().is_ok() {}
+                true
+            }
+            Err(_) => false,
+        }
+    }
+}

@@ -57,6 +57,8 @@ fn yaml_options() -> serde_saphyr::Options {
     let mut o = serde_saphyr::Options::default();
     o.duplicate_keys = serde_saphyr::DuplicateKeyPolicy::Error;
     o.with_snippet = false;
+    // Kubernetes reads YAML 1.1 (go-yaml): `defaultMode: 0400` is octal, as every example writes it.
+    o.legacy_octal_numbers = true;
     // Aliases are rare in Pod manifests; replaying more than a manifest's worth of events is an attack.
     o.alias_limits.max_total_replayed_events = 100_000;
     o.alias_limits.max_alias_expansions_per_anchor = 1_000;

@@ -88,6 +88,14 @@ pub fn all(ctx: &PodContext<'_>) -> Result<Vec<Built>, Vec<Fault>> {
     let spec = ctx.entry.pod.spec.as_ref().expect("validated");
     let mut out = Vec::new();
     let mut faults = Vec::new();
+    let (ns, pod) = (ctx.entry.namespace(), ctx.entry.name());
+    let order: Vec<String> = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .chain(&spec.containers)
+        .map(|c| naming::container_service(ns, pod, &c.name))
+        .collect();
     // Units started before the next one: (unit, is it a sidecar).
     let mut before: Vec<(String, bool)> = Vec::new();
     for (i, c) in spec.init_containers.iter().flatten().enumerate() {
@@ -96,7 +104,14 @@ pub fn all(ctx: &PodContext<'_>) -> Result<Vec<Built>, Vec<Fault>> {
         } else {
             Role::Init
         };
-        match one(ctx, c, role, &format!("spec.initContainers[{i}]"), &before) {
+        match one(
+            ctx,
+            c,
+            role,
+            &format!("spec.initContainers[{i}]"),
+            &before,
+            &order[i + 1..],
+        ) {
             Ok(b) => {
                 before.push((b.unit.name.clone(), role == Role::Sidecar));
                 out.push(b);
@@ -105,7 +120,14 @@ pub fn all(ctx: &PodContext<'_>) -> Result<Vec<Built>, Vec<Fault>> {
         }
     }
     for (i, c) in spec.containers.iter().enumerate() {
-        match one(ctx, c, Role::App, &format!("spec.containers[{i}]"), &before) {
+        match one(
+            ctx,
+            c,
+            Role::App,
+            &format!("spec.containers[{i}]"),
+            &before,
+            &[],
+        ) {
             Ok(b) => out.push(b),
             Err(f) => faults.extend(f),
         }
@@ -123,6 +145,7 @@ fn one(
     role: Role,
     path: &str,
     before: &[(String, bool)],
+    later: &[String],
 ) -> Result<Built, Vec<Fault>> {
     let entry = ctx.entry;
     let (ns, pod_name, uid) = (entry.namespace(), entry.name(), entry.uid());
@@ -187,6 +210,14 @@ fn one(
                     "on-failure"
                 },
             );
+            if pod_policy != "Never" && !later.is_empty() {
+                // A failed run has already failed the start jobs of what follows it; once a retry
+                // succeeds, start them again (a no-op for those already starting).
+                svc.trusted(
+                    "ExecStartPost",
+                    format!("-systemctl --no-block start {}", later.join(" ")),
+                );
+            }
         }
         Role::Sidecar => {
             svc.trusted("Type", "exec");

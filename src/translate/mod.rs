@@ -139,7 +139,10 @@ pub fn translate(
         runtime_dir: format!("{}/{uid}", Paths::RUNTIME),
         volumes: vol_plans,
         env_files: Vec::new(),
+        users: Vec::new(),
+        groups: Vec::new(),
     };
+    (plan.users, plan.groups) = ids(pod);
 
     let mut outputs = Vec::new();
     let ctx = container::PodContext {
@@ -242,6 +245,40 @@ pub fn translate(
         plan,
         warnings,
     })
+}
+
+/// The numeric users and groups the pod's containers run with (see [`PodPlan::users`]).
+fn ids(pod: &k8s_openapi::api::core::v1::Pod) -> (Vec<(u32, u32)>, Vec<u32>) {
+    let Some(spec) = &pod.spec else {
+        return (Vec::new(), Vec::new());
+    };
+    let psc = spec.security_context.as_ref();
+    let id = |v: i64| u32::try_from(v).ok();
+    let mut users = std::collections::BTreeMap::new();
+    let mut groups = std::collections::BTreeSet::new();
+    for c in spec
+        .init_containers
+        .iter()
+        .flatten()
+        .chain(&spec.containers)
+    {
+        let who = security::identity(psc, c.security_context.as_ref());
+        let gid = who.gid.and_then(id).unwrap_or(0);
+        if let Some(uid) = who.uid.and_then(id) {
+            users.entry(uid).or_insert(gid);
+        }
+        groups.insert(gid);
+    }
+    for g in psc
+        .and_then(|p| p.supplemental_groups.clone())
+        .unwrap_or_default()
+    {
+        groups.extend(id(g));
+    }
+    groups.extend(psc.and_then(|p| p.fs_group).and_then(id));
+    users.remove(&0);
+    groups.remove(&0);
+    (users.into_iter().collect(), groups.into_iter().collect())
 }
 
 fn escape_arg(s: &str) -> crate::escape::Arg {

@@ -139,11 +139,19 @@ pub fn mirror_pod_refusal(pod: &Value) -> Option<&'static str> {
     }
 }
 
-/// The ServiceAccount plugin on a non-mirror pod whose account `sa` exists: names the account
-/// and, unless automounting is off (pod first, then account), adds the projected
+/// The ServiceAccount plugin on a non-mirror pod whose account `sa` exists: copies the account's
+/// imagePullSecrets to a pod without any and, unless automounting is off (pod first, then account), adds the projected
 /// `kube-api-access-<5 chars>` volume and mounts it read-only in every container that has no mount
 /// at the token path yet.
 pub fn mount_service_account(pod: &mut Value, sa: &Value) {
+    // A pod without image pull secrets gets its account's.
+    let has_pull = pod["spec"]["imagePullSecrets"]
+        .as_array()
+        .is_some_and(|a| !a.is_empty());
+    let account_pull = sa["imagePullSecrets"].as_array().filter(|s| !s.is_empty());
+    if let (false, Some(secrets)) = (has_pull, account_pull) {
+        pod["spec"]["imagePullSecrets"] = Value::Array(secrets.clone());
+    }
     let automount = pod["spec"]["automountServiceAccountToken"]
         .as_bool()
         .or(sa["automountServiceAccountToken"].as_bool())
@@ -299,6 +307,18 @@ mod tests {
                 .len(),
             1
         );
+    }
+
+    #[test]
+    fn account_pull_secrets_fill_in() {
+        let sa = json!({"imagePullSecrets": [{"name": "reg"}]});
+        let mut p = pod();
+        mount_service_account(&mut p, &sa);
+        assert_eq!(p["spec"]["imagePullSecrets"], json!([{"name": "reg"}]));
+        let mut p = pod();
+        p["spec"]["imagePullSecrets"] = json!([{"name": "own"}]);
+        mount_service_account(&mut p, &sa);
+        assert_eq!(p["spec"]["imagePullSecrets"], json!([{"name": "own"}]));
     }
 
     #[test]

@@ -19,9 +19,20 @@ use std::time::Duration;
 pub const SYSTEM_NAMESPACES: [&str; 4] =
     ["default", "kube-system", "kube-public", "kube-node-lease"];
 
+/// A failure the server can be told to answer every request with, to test a client's back-off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// 503 ServiceUnavailable (with Retry-After), as a server that is starting or overloaded.
+    Unavailable,
+    /// 429 TooManyRequests (with Retry-After), as API Priority and Fairness throttling.
+    TooManyRequests,
+}
+
 pub struct Api {
+    pub fault: std::sync::Mutex<Option<Fault>>,
     pub store: Store,
     pub auth: Auth,
+    pub audit: crate::audit::Audit,
     pub ca_pem: String,
     pub watch_timeout: Duration,
     pub bookmark_interval: Duration,
@@ -105,8 +116,10 @@ fn fold_string_data(obj: &mut Value) {
 impl Api {
     pub fn new(store: Store, auth: Auth, ca_pem: String) -> Api {
         Api {
+            fault: std::sync::Mutex::new(None),
             store,
             auth,
+            audit: crate::audit::Audit::default(),
             ca_pem,
             watch_timeout: Duration::from_secs(1800),
             bookmark_interval: Duration::from_secs(60),
@@ -126,24 +139,49 @@ impl Api {
         });
     }
 
+    /// Answers one request and records it in the audit log.
     pub fn handle(&self, req: &Request, peer_cert: Option<&[u8]>) -> Reply {
+        let (reply, user) = self.answer(req, peer_cert);
+        let code = match &reply {
+            Reply::Json(c, _) | Reply::Text(c, _) => *c,
+            Reply::Watch(_) => 200,
+        };
+        let query: Vec<String> = req.query.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        self.audit.record(crate::audit::Record {
+            time: now_secs(),
+            method: req.method.clone(),
+            path: req.path.clone(),
+            query: query.join("&"),
+            user: user.map(|u| u.name).unwrap_or_default(),
+            code,
+        });
+        reply
+    }
+
+    fn answer(&self, req: &Request, peer_cert: Option<&[u8]>) -> (Reply, Option<User>) {
+        let user = self.authenticate(req, peer_cert);
+        match *self.fault.lock().unwrap_or_else(|e| e.into_inner()) {
+            Some(Fault::Unavailable) => return (ApiError::unavailable().into(), user),
+            Some(Fault::TooManyRequests) => return (ApiError::too_many_requests().into(), user),
+            None => {}
+        }
         match route(&req.path) {
-            Route::Health => return Reply::Text(200, "ok".into()),
-            Route::Version => return Reply::Json(200, version()),
+            Route::Health => return (Reply::Text(200, "ok".into()), user),
+            Route::Version => return (Reply::Json(200, version()), user),
             _ => {}
         }
-        let user = match self.authenticate(req, peer_cert) {
-            Some(u) => u,
-            None => return ApiError::unauthorized().into(),
+        let Some(user) = user else {
+            return (ApiError::unauthorized().into(), None);
         };
-        match route(&req.path) {
+        let reply = match route(&req.path) {
             Route::Discovery(path) => match discovery(&path) {
                 Some(v) => Reply::Json(200, v),
                 None => ApiError::path_not_found().into(),
             },
             Route::Api(t) => self.api(&user, req, &t).unwrap_or_else(Reply::from),
             _ => ApiError::path_not_found().into(),
-        }
+        };
+        (reply, Some(user))
     }
 
     fn authenticate(&self, req: &Request, peer_cert: Option<&[u8]>) -> Option<User> {
@@ -269,12 +307,16 @@ impl Api {
             })?),
         };
         let initial = req.flag("sendInitialEvents");
+        // As in the API server, 0 (like none) means the server's default.
         let timeout = match req.param("timeoutSeconds") {
-            Some(s) => Duration::from_secs(
-                s.parse()
-                    .map_err(|_| ApiError::bad_request("invalid timeoutSeconds"))?,
-            ),
-            None => self.watch_timeout,
+            Some(s) => s
+                .parse::<u64>()
+                .map_err(|_| ApiError::bad_request("invalid timeoutSeconds"))?,
+            None => 0,
+        };
+        let timeout = match timeout {
+            0 => self.watch_timeout,
+            t => Duration::from_secs(t),
         };
         Ok(Reply::Watch(WatchPlan {
             spec,
@@ -301,8 +343,8 @@ impl Api {
             let name = format!("{}{}", meta(&obj, "generateName"), random_suffix(5));
             obj["metadata"]["name"] = json!(name);
         }
-        authz::node_may_create(user, t.res, &obj)?;
         let reply = self.store.write(|inner| -> ApiResult<Value> {
+            authz::node_may_create(inner, user, t.res, &obj)?;
             // The NamespaceLifecycle plugin runs before the others.
             if t.res.namespaced && inner.get(&resources::NAMESPACES, "", &ns).is_none() {
                 return Err(ApiError::not_found(&resources::NAMESPACES, &ns));
@@ -472,6 +514,16 @@ impl Api {
             let mut req = make_new(&old)?;
             if !req.is_object() {
                 return Err(ApiError::bad_request("the body must be a JSON object"));
+            }
+            // A uid in the body is a precondition (the kubelet puts one in its status patches).
+            let uid = meta(&req, "uid");
+            if !uid.is_empty() && uid != meta(&old, "uid") {
+                let ns_part = if res.namespaced { format!("{ns}/") } else { String::new() };
+                return Err(ApiError::conflict(res, name, &format!(
+                    "StorageError: invalid object, Code: 4, Key: /registry/{}/{ns_part}{name}, ResourceVersion: 0, AdditionalErrorMsg: Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                    res.plural,
+                    meta(&old, "uid")
+                )));
             }
             let rv = meta(&req, "resourceVersion");
             if !rv.is_empty() && rv != meta(&old, "resourceVersion") {

@@ -193,7 +193,7 @@ fn token_request_allowed(
 }
 
 /// NodeRestriction on objects a node creates: only mirror pods of its own, its own Node and Lease.
-pub fn node_may_create(user: &User, res: &Resource, obj: &Value) -> ApiResult<()> {
+pub fn node_may_create(inner: &Inner, user: &User, res: &Resource, obj: &Value) -> ApiResult<()> {
     let Some(node) = user.node_name() else {
         return Ok(());
     };
@@ -212,13 +212,9 @@ pub fn node_may_create(user: &User, res: &Resource, obj: &Value) -> ApiResult<()
                     "node \"{node}\" can only create pods with spec.nodeName set to itself"
                 ));
             }
-            if let Some(refs) = obj["metadata"]["ownerReferences"].as_array() {
-                let own = refs.len() == 1 && refs[0]["kind"] == "Node" && refs[0]["name"] == node;
-                if !own {
-                    return refuse(format!(
-                        "node \"{node}\" can only create pods with a single owner reference set to itself"
-                    ));
-                }
+            let refs = obj["metadata"]["ownerReferences"].as_array();
+            if let Some(why) = refs.and_then(|r| mirror_owner_refusal(inner, node, r)) {
+                return refuse(why);
             }
             Ok(())
         }
@@ -246,5 +242,42 @@ pub fn node_may_create(user: &User, res: &Resource, obj: &Value) -> ApiResult<()
             "can only access node lease with the same name as the requesting node".to_string(),
         ),
         _ => Ok(()),
+    }
+}
+
+/// NodeRestriction on a mirror pod's owner references: none, or exactly one, a controller
+/// reference to this node (with its uid) that does not block owner deletion.
+fn mirror_owner_refusal(inner: &Inner, node: &str, refs: &[Value]) -> Option<String> {
+    match refs {
+        [] => None,
+        [r] => {
+            if r["apiVersion"] != "v1" || r["kind"] != "Node" || r["name"] != node {
+                return Some(format!(
+                    "node \"{node}\" can only create pods with an owner reference set to itself"
+                ));
+            }
+            if r["controller"] != Value::Bool(true) {
+                return Some(format!(
+                    "node \"{node}\" can only create pods with a controller owner reference set to itself"
+                ));
+            }
+            if r["blockOwnerDeletion"] == Value::Bool(true) {
+                return Some(format!(
+                    "node \"{node}\" must not set blockOwnerDeletion on an owner reference"
+                ));
+            }
+            let uid = inner
+                .get(&resources::NODES, "", node)
+                .map(|n| n["metadata"]["uid"].clone());
+            if uid.as_ref() != Some(&r["uid"]) {
+                return Some(format!(
+                    "the UID of node \"{node}\" does not match the owner reference"
+                ));
+            }
+            None
+        }
+        _ => Some(format!(
+            "node \"{node}\" can only create pods with a single owner reference set to itself"
+        )),
     }
 }

@@ -159,7 +159,9 @@ pub fn reason_phrase(code: u16) -> &'static str {
         410 => "Gone",
         415 => "Unsupported Media Type",
         422 => "Unprocessable Entity",
+        429 => "Too Many Requests",
         500 => "Internal Server Error",
+        503 => "Service Unavailable",
         _ => "Unknown",
     }
 }
@@ -172,9 +174,15 @@ pub fn write_response<W: Write>(
     keep_alive: bool,
 ) -> io::Result<()> {
     let conn = if keep_alive { "keep-alive" } else { "close" };
+    // The API server tells throttled and unavailable clients when to come back.
+    let retry = if code == 429 || code == 503 {
+        "Retry-After: 1\r\n"
+    } else {
+        ""
+    };
     write!(
         w,
-        "HTTP/1.1 {code} {}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nCache-Control: no-cache, private\r\nConnection: {conn}\r\n\r\n",
+        "HTTP/1.1 {code} {}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nCache-Control: no-cache, private\r\n{retry}Connection: {conn}\r\n\r\n",
         reason_phrase(code),
         body.len()
     )?;

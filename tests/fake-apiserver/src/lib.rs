@@ -16,6 +16,7 @@
 
 pub mod admission;
 pub mod api;
+pub mod audit;
 pub mod auth;
 pub mod authz;
 pub mod files;
@@ -32,6 +33,7 @@ pub mod tls;
 pub mod util;
 
 use api::Api;
+pub use api::Fault;
 use auth::{Auth, User};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -56,6 +58,8 @@ pub struct Config {
     pub bookmark_interval: Duration,
     /// Watch duration when the client gives no timeoutSeconds.
     pub watch_timeout: Duration,
+    /// Append a JSON line per request here (method, path, query, user, code, time).
+    pub access_log: Option<PathBuf>,
 }
 
 impl Config {
@@ -68,6 +72,7 @@ impl Config {
             history_window: 1000,
             bookmark_interval: Duration::from_secs(60),
             watch_timeout: Duration::from_secs(1800),
+            access_log: None,
         }
     }
 
@@ -132,6 +137,11 @@ impl FakeApiServer {
         let store = store::Store::open(config.history_window, config.state_file.clone())
             .map_err(StartError::State)?;
         let mut api = Api::new(store, auth, ca.pem.clone());
+        if let Some(log) = &config.access_log {
+            api.audit
+                .log_to(log)
+                .map_err(io("opening the access log"))?;
+        }
         api.bookmark_interval = config.bookmark_interval;
         api.watch_timeout = config.watch_timeout;
         let api = Arc::new(api);
@@ -236,6 +246,27 @@ impl FakeApiServer {
         .map_err(io("writing a kubeconfig"))?;
         files::write_private(&dir.join(format!("node-{name}.token")), token.as_bytes())
             .map_err(io("writing a token"))?;
+        // Self-contained: usable where the directory is not (inside a container).
+        let b64 = |file: String| -> Result<String, StartError> {
+            use base64::Engine;
+            let pem = std::fs::read(dir.join(file)).map_err(io("reading a node certificate"))?;
+            Ok(base64::engine::general_purpose::STANDARD.encode(pem))
+        };
+        let inline = kubeconfig_inline(
+            &self.url(),
+            &base64::Engine::encode(&base64::engine::general_purpose::STANDARD, &self.ca.pem),
+            &user,
+            &format!(
+                "    client-certificate-data: {}\n    client-key-data: {}\n",
+                b64(format!("node-{name}.crt"))?,
+                b64(format!("node-{name}.key"))?
+            ),
+        );
+        files::write_private(
+            &dir.join(format!("node-{name}-inline.kubeconfig")),
+            inline.as_bytes(),
+        )
+        .map_err(io("writing a kubeconfig"))?;
         Ok(token)
     }
 
@@ -265,6 +296,14 @@ impl FakeApiServer {
         self.config.dir.join(format!("node-{name}-cert.kubeconfig"))
     }
 
+    /// A kubeconfig with everything inline (certificate-authority-data, client-certificate-data,
+    /// client-key-data): copy it anywhere, e.g. into a container.
+    pub fn node_inline_kubeconfig(&self, name: &str) -> PathBuf {
+        self.config
+            .dir
+            .join(format!("node-{name}-inline.kubeconfig"))
+    }
+
     /// Stops the listener and closes every connection; the store is kept.
     pub fn stop(&mut self) {
         if let Some(mut l) = self.listener.take() {
@@ -288,6 +327,21 @@ impl FakeApiServer {
         self.api.store.write(|inner| inner.compact());
     }
 
+    /// Every request served so far (the last 100 000), oldest first.
+    pub fn requests(&self) -> Vec<audit::Record> {
+        self.api.audit.records()
+    }
+
+    /// Forgets the requests recorded so far.
+    pub fn clear_requests(&self) {
+        self.api.audit.clear();
+    }
+
+    /// Answer every request with this failure (None: serve normally again). Open watches go on.
+    pub fn set_fault(&self, fault: Option<api::Fault>) {
+        *self.api.fault.lock().unwrap_or_else(|e| e.into_inner()) = fault;
+    }
+
     /// The store's current resourceVersion.
     pub fn resource_version(&self) -> u64 {
         self.api.store.lock().rv()
@@ -300,8 +354,25 @@ fn previous_port(dir: &Path) -> Option<u16> {
 }
 
 fn kubeconfig(server: &str, ca: &Path, user: &str, credentials: &str) -> String {
+    kubeconfig_with(
+        server,
+        &format!("certificate-authority: {}", ca.display()),
+        user,
+        credentials,
+    )
+}
+
+fn kubeconfig_inline(server: &str, ca_b64: &str, user: &str, credentials: &str) -> String {
+    kubeconfig_with(
+        server,
+        &format!("certificate-authority-data: {ca_b64}"),
+        user,
+        credentials,
+    )
+}
+
+fn kubeconfig_with(server: &str, ca_line: &str, user: &str, credentials: &str) -> String {
     format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: fake-apiserver\n  cluster:\n    server: {server}\n    certificate-authority: {}\nusers:\n- name: {user:?}\n  user:\n{credentials}contexts:\n- name: fake-apiserver\n  context:\n    cluster: fake-apiserver\n    user: {user:?}\ncurrent-context: fake-apiserver\n",
-        ca.display()
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: fake-apiserver\n  cluster:\n    server: {server}\n    {ca_line}\nusers:\n- name: {user:?}\n  user:\n{credentials}contexts:\n- name: fake-apiserver\n  context:\n    cluster: fake-apiserver\n    user: {user:?}\ncurrent-context: fake-apiserver\n"
     )
 }

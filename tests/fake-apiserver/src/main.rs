@@ -7,10 +7,12 @@ use std::time::Duration;
 const USAGE: &str =
     "usage: fake-apiserver --dir DIR [--port N] [--node NAME]... [--state-file FILE]
                       [--history-window N] [--bookmark-interval-ms MS] [--watch-timeout-s S]
+                      [--access-log FILE]
 
 A test double of the Kubernetes API server (only what podunit uses). Listens on 127.0.0.1,
 writes ca.crt, admin.kubeconfig, admin.token, node-NAME.kubeconfig (token),
-node-NAME-cert.kubeconfig (client certificate) and url to DIR, prints the URL, and serves
+node-NAME-cert.kubeconfig (client certificate), node-NAME-inline.kubeconfig (all inline)
+and url to DIR, prints the URL, and serves
 until killed. Restarted with the same DIR it keeps its port, CA and credentials; with the same
 --state-file it keeps its objects.";
 
@@ -25,6 +27,7 @@ fn parse(args: &[String]) -> Result<Config, String> {
             "--port" => config.port = val()?.parse().map_err(|e| format!("--port: {e}"))?,
             "--node" => config.nodes.push(val()?),
             "--state-file" => config.state_file = Some(val()?.into()),
+            "--access-log" => config.access_log = Some(val()?.into()),
             "--history-window" => {
                 config.history_window = val()?
                     .parse()

@@ -19,6 +19,27 @@ fn refuses_requests_without_valid_credentials() {
     assert_eq!(Client::with_token(&s, None).get("/healthz").0, 200);
     assert_eq!(Client::with_token(&s, None).get("/version").1["major"], "1");
     assert_eq!(Client::admin(&s).get(PODS).0, 200);
+    // Every request is on record, with who made it and how it ended.
+    let log = s.requests();
+    assert_eq!(log.len(), 5);
+    assert_eq!(
+        (log[0].path.as_str(), log[0].user.as_str(), log[0].code),
+        (PODS, "", 401)
+    );
+    assert_eq!(
+        (log[4].user.as_str(), log[4].code),
+        ("kubernetes-admin", 200)
+    );
+    s.clear_requests();
+    drop(Client::node(&s, "n1").watch(&format!(
+        "/api/v1/pods?watch=1&fieldSelector={}",
+        enc("spec.nodeName=n1")
+    )));
+    let log = s.requests();
+    assert_eq!(log.len(), 1);
+    assert!(log[0].is_watch());
+    assert_eq!(log[0].query, "watch=1&fieldSelector=spec.nodeName=n1");
+    assert_eq!(log[0].user, "system:node:n1");
 }
 
 #[test]
@@ -46,6 +67,31 @@ fn serves_only_clients_that_trust_its_ca() {
     assert!(kc.contains(&s.url()) && kc.contains("client-certificate:") && kc.contains("ca.crt"));
     let kc = std::fs::read_to_string(s.node_kubeconfig("n1")).unwrap();
     assert!(kc.contains(&format!("token: {}", s.node_token("n1").unwrap())));
+    // The inline kubeconfig carries everything itself.
+    let kc = std::fs::read_to_string(s.node_inline_kubeconfig("n1")).unwrap();
+    let field = |k: &str| -> Vec<u8> {
+        use base64::Engine;
+        let line = kc.lines().find_map(|l| l.trim().strip_prefix(k)).unwrap();
+        base64::engine::general_purpose::STANDARD
+            .decode(line.trim())
+            .unwrap()
+    };
+    let (ca, crt, key) = (
+        field("certificate-authority-data:"),
+        field("client-certificate-data:"),
+        field("client-key-data:"),
+    );
+    let cert = ureq::tls::ClientCert::new_with_certs(
+        &[ureq::tls::Certificate::from_pem(&crt).unwrap()],
+        ureq::tls::PrivateKey::from_pem(&key).unwrap(),
+    );
+    let c = Client {
+        agent: agent(std::str::from_utf8(&ca).unwrap(), Some(cert)),
+        base: s.url(),
+        token: None,
+    };
+    assert_eq!(c.get("/api/v1/nodes/n2").0, 403);
+    assert_eq!(c.get("/api/v1/nodes/n1").0, 404);
 }
 
 #[test]
@@ -251,6 +297,23 @@ fn status_subresource_is_separate_from_the_main_resource() {
     );
     assert_eq!(q["status"]["conditions"].as_array().unwrap().len(), 2);
     assert_eq!(q["status"]["phase"], "Running");
+    // A uid in a status patch is a precondition, as in the kubelet's patches.
+    let (code, e) = a.merge(
+        &path,
+        &json!({"metadata": {"uid": "other"}, "status": {"phase": "Failed"}}),
+    );
+    assert_eq!((code, e["reason"].as_str()), (409, Some("Conflict")));
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .contains("Precondition failed: UID in precondition: other")
+    );
+    let (code, _) = a.merge(
+        &path,
+        &json!({"metadata": {"uid": p["metadata"]["uid"]}, "status": {"phase": "Running"}}),
+    );
+    assert_eq!(code, 200);
     // An unchanged write stores nothing.
     let (_, same) = a.merge(&path, &json!({"status": {"phase": "Running"}}));
     assert_eq!(rv(&same), rv(&q));
@@ -449,11 +512,16 @@ fn node_users_get_what_the_node_authorizer_allows() {
     forbidden(n1.post(PODS, &mirror));
 
     // Its own Node and Lease.
-    assert_eq!(
-        n1.post("/api/v1/nodes", &json!({"metadata": {"name": "n1"}}))
-            .0,
-        201
-    );
+    let (code, node) = n1.post("/api/v1/nodes", &json!({"metadata": {"name": "n1"}}));
+    assert_eq!(code, 201);
+    // A mirror pod may name its node as controlling owner, with the node's uid.
+    let mut owned = json!({"metadata": {"name": "owned-n1", "annotations": {"kubernetes.io/config.mirror": "abc"},
+        "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": "n1", "uid": node["metadata"]["uid"], "controller": true}]},
+        "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "host"}]}});
+    assert_eq!(n1.post(PODS, &owned).0, 201);
+    owned["metadata"]["name"] = json!("owned-wrong");
+    owned["metadata"]["ownerReferences"][0]["uid"] = json!("not-the-node");
+    forbidden(n1.post(PODS, &owned));
     forbidden(n1.post("/api/v1/nodes", &json!({"metadata": {"name": "n2"}})));
     assert_eq!(
         n1.merge(
@@ -566,4 +634,51 @@ fn token_requests_are_bound_to_pods() {
     );
     a.delete(&format!("{PODS}/web?gracePeriodSeconds=0"), None);
     assert_eq!(sa.get(PODS).0, 401);
+}
+
+#[test]
+fn responses_decode_as_the_real_types() {
+    use k8s_openapi::api::authentication::v1::TokenRequest;
+    use k8s_openapi::api::coordination::v1::Lease;
+    use k8s_openapi::api::core::v1::{
+        ConfigMap, Event, Namespace, Node, Pod, Secret, ServiceAccount,
+    };
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
+    use serde::de::DeserializeOwned;
+    fn decode<T: DeserializeOwned>((code, v): (u16, serde_json::Value)) -> T {
+        assert!(code < 500, "{code} {v}");
+        serde_json::from_value(v).unwrap()
+    }
+    let s = start("types", |c| c);
+    let a = Client::admin(&s);
+    let p: Pod = decode(a.post(PODS, &pod("web", Some("n1"))));
+    assert_eq!(p.status.unwrap().phase.as_deref(), Some("Pending"));
+    let _: Node = decode(a.post(
+        "/api/v1/nodes",
+        &json!({"metadata": {"name": "n1"}, "status": {"capacity": {"cpu": "2"}}}),
+    ));
+    let _: Namespace = decode(a.get("/api/v1/namespaces/default"));
+    let _: ServiceAccount = decode(a.get("/api/v1/namespaces/default/serviceaccounts/default"));
+    let _: ConfigMap = decode(a.get("/api/v1/namespaces/default/configmaps/kube-root-ca.crt"));
+    let _: Secret = decode(a.post(
+        "/api/v1/namespaces/default/secrets",
+        &json!({"metadata": {"name": "s"}, "stringData": {"a": "b"}}),
+    ));
+    let _: Lease = decode(a.post(
+        "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases",
+        &json!({"metadata": {"name": "n1"}}),
+    ));
+    let _: Event = decode(a.post("/api/v1/namespaces/default/events", &json!({"metadata": {"name": "e"}, "involvedObject": {"kind": "Pod", "name": "web", "namespace": "default"}})));
+    let tr: TokenRequest = decode(a.post(
+        "/api/v1/namespaces/default/serviceaccounts/default/token",
+        &json!({"spec": {"audiences": []}}),
+    ));
+    assert!(!tr.status.unwrap().token.is_empty());
+    let st: Status = decode(a.get(&format!("{PODS}/missing")));
+    assert_eq!(
+        (st.code, st.reason.as_deref()),
+        (Some(404), Some("NotFound"))
+    );
+    let st: Status = decode(a.delete("/api/v1/namespaces/default/secrets/s", None));
+    assert_eq!(st.status.as_deref(), Some("Success"));
 }

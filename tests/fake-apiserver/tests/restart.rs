@@ -93,6 +93,8 @@ fn binary_serves_until_killed_and_comes_back_with_its_state() {
                 "--state-file",
             ])
             .arg(dir.join("state.json"))
+            .arg("--access-log")
+            .arg(dir.join("access.log"))
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
@@ -131,4 +133,41 @@ fn binary_serves_until_killed_and_comes_back_with_its_state() {
     );
     child.kill().unwrap();
     child.wait().unwrap();
+    let log = std::fs::read_to_string(dir.join("access.log")).unwrap();
+    let lines: Vec<serde_json::Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2, "{log}");
+    assert_eq!(
+        (lines[0]["method"].as_str(), lines[0]["code"].as_u64()),
+        (Some("POST"), Some(201))
+    );
+    assert_eq!(lines[1]["user"], "system:node:n1");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn faults_answer_every_request_until_cleared() {
+    let s = start("fault", |c| c);
+    let a = Client::admin(&s);
+    s.set_fault(Some(fake_apiserver::Fault::Unavailable));
+    let (code, e) = a.get(PODS);
+    assert_eq!(
+        (code, e["reason"].as_str()),
+        (503, Some("ServiceUnavailable"))
+    );
+    s.set_fault(Some(fake_apiserver::Fault::TooManyRequests));
+    let resp = a
+        .agent
+        .get(format!("{}{PODS}", s.url()))
+        .header("Authorization", &format!("Bearer {}", s.admin_token()))
+        .call()
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 429);
+    assert_eq!(resp.headers().get("retry-after").unwrap(), "1");
+    s.set_fault(None);
+    assert_eq!(a.get(PODS).0, 200);
+    let codes: Vec<u16> = s.requests().iter().map(|r| r.code).collect();
+    assert_eq!(codes, [503, 429, 200]);
 }

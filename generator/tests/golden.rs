@@ -1,0 +1,251 @@
+//! Golden tests: each directory under tests/golden/ holds manifests (`pods.d/`, optional `spool/`
+//! and `root/` for other host files) and the expected result: the unit tree (`expected/`), the
+//! generator's stderr (`expected.stderr`) and its exit status (`expected.status`). The generator
+//! runs as a process, exactly as systemd runs it. `UPDATE_GOLDEN=1` rewrites the expectations.
+//! Every expected tree also passes `systemd-analyze verify` with no complaint.
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn golden_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/golden")
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    if !from.exists() {
+        return;
+    }
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let dst = to.join(e.file_name());
+        let ft = e.file_type().unwrap();
+        if ft.is_symlink() {
+            let _ = std::fs::remove_file(&dst);
+            std::os::unix::fs::symlink(std::fs::read_link(e.path()).unwrap(), dst).unwrap();
+        } else if ft.is_dir() {
+            copy_tree(&e.path(), &dst);
+        } else {
+            std::fs::copy(e.path(), dst).unwrap();
+        }
+    }
+}
+
+/// path relative to `root` -> file content or "-> target" for symlinks.
+fn read_tree(root: &Path) -> BTreeMap<String, String> {
+    fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, String>) {
+        let Ok(rd) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in rd {
+            let e = e.unwrap();
+            let p = e.path();
+            let rel = p.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+            let ft = e.file_type().unwrap();
+            if ft.is_symlink() {
+                out.insert(
+                    rel,
+                    format!("-> {}", std::fs::read_link(&p).unwrap().display()),
+                );
+            } else if ft.is_dir() {
+                walk(root, &p, out);
+            } else {
+                out.insert(rel, std::fs::read_to_string(&p).unwrap());
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(root, root, &mut out);
+    out
+}
+
+fn write_tree(root: &Path, tree: &BTreeMap<String, String>) {
+    let _ = std::fs::remove_dir_all(root);
+    std::fs::create_dir_all(root).unwrap();
+    for (rel, content) in tree {
+        let p = root.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        match content.strip_prefix("-> ") {
+            Some(target) => std::os::unix::fs::symlink(target, &p).unwrap(),
+            None => std::fs::write(&p, content).unwrap(),
+        }
+    }
+}
+
+struct Run {
+    tree: BTreeMap<String, String>,
+    stderr: String,
+    status: i32,
+}
+
+fn tempdir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("podunit-golden-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn run_case(case: &Path) -> Run {
+    let tmp = tempdir(case.file_name().unwrap().to_str().unwrap());
+    let root = tmp.join("root");
+    copy_tree(&case.join("root"), &root);
+    copy_tree(&case.join("pods.d"), &root.join("etc/pods.d"));
+    copy_tree(&case.join("spool"), &root.join("var/lib/podunit/spool"));
+    let out = tmp.join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_podunit-generator"))
+        .arg(&out)
+        .arg(tmp.join("early"))
+        .arg(tmp.join("late"))
+        .env("PODUNIT_ROOT", &root)
+        .output()
+        .unwrap();
+    assert!(
+        !tmp.join("early").exists() && !tmp.join("late").exists(),
+        "the generator wrote outside NORMAL_DIR"
+    );
+    let run = Run {
+        tree: read_tree(&out),
+        stderr: String::from_utf8(o.stderr)
+            .unwrap()
+            .replace(root.to_str().unwrap(), "$ROOT"),
+        status: o.status.code().unwrap_or(-1),
+    };
+    let _ = std::fs::remove_dir_all(&tmp);
+    run
+}
+
+fn cases() -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(golden_dir())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir())
+        .collect();
+    v.sort();
+    assert!(v.len() >= 20, "golden cases missing");
+    v
+}
+
+#[test]
+fn golden_trees() {
+    let update = std::env::var_os("UPDATE_GOLDEN").is_some();
+    let mut failures = Vec::new();
+    for case in cases() {
+        let run = run_case(&case);
+        let name = case.file_name().unwrap().to_string_lossy().into_owned();
+        if update {
+            write_tree(&case.join("expected"), &run.tree);
+            std::fs::write(case.join("expected.stderr"), &run.stderr).unwrap();
+            std::fs::write(case.join("expected.status"), format!("{}\n", run.status)).unwrap();
+            continue;
+        }
+        let want = read_tree(&case.join("expected"));
+        if want != run.tree {
+            let keys: std::collections::BTreeSet<_> = want.keys().chain(run.tree.keys()).collect();
+            for k in keys {
+                if want.get(k) != run.tree.get(k) {
+                    failures.push(format!(
+                        "{name}: {k}\n--- expected\n{}\n--- got\n{}",
+                        want.get(k).map(String::as_str).unwrap_or("(missing)"),
+                        run.tree.get(k).map(String::as_str).unwrap_or("(missing)")
+                    ));
+                }
+            }
+        }
+        let want_err = std::fs::read_to_string(case.join("expected.stderr")).unwrap_or_default();
+        if want_err != run.stderr {
+            failures.push(format!(
+                "{name}: stderr\n--- expected\n{want_err}--- got\n{}",
+                run.stderr
+            ));
+        }
+        let want_status: i32 = std::fs::read_to_string(case.join("expected.status"))
+            .unwrap_or_default()
+            .trim()
+            .parse()
+            .unwrap_or(-99);
+        if want_status != run.status {
+            failures.push(format!(
+                "{name}: exit status {} (expected {want_status})",
+                run.status
+            ));
+        }
+        // The generator contract: non-zero exactly when a manifest was skipped.
+        assert_eq!(
+            run.status != 0,
+            name.starts_with("error-"),
+            "{name}: exit status {}",
+            run.status
+        );
+    }
+    assert!(
+        failures.is_empty(),
+        "{} golden mismatch(es):\n\n{}",
+        failures.len(),
+        failures.join("\n\n")
+    );
+}
+
+#[test]
+fn every_golden_unit_passes_systemd_analyze_verify() {
+    let system_units = Path::new("/usr/lib/systemd/system");
+    assert!(
+        system_units.join("sysinit.target").exists(),
+        "systemd is not installed: apt-get install systemd"
+    );
+    let mut verified = 0;
+    for case in cases() {
+        let expected = case.join("expected");
+        let tree = read_tree(&expected);
+        let units: Vec<&String> = tree
+            .keys()
+            .filter(|k| !k.contains('/') && (k.ends_with(".service") || k.ends_with(".slice")))
+            .collect();
+        if units.is_empty() {
+            continue;
+        }
+        // A root with systemd's own units, ours, and stand-ins for the executables the units name.
+        let root = tempdir(&format!(
+            "verify-{}",
+            case.file_name().unwrap().to_string_lossy()
+        ));
+        copy_tree(system_units, &root.join("usr/lib/systemd/system"));
+        copy_tree(&expected, &root.join("etc/systemd/system"));
+        copy_tree(&case.join("root"), &root);
+        std::fs::write(
+            root.join("etc/systemd/system/podunit.target"),
+            "[Unit]\nDescription=Pods\n",
+        )
+        .unwrap();
+        for text in tree.values() {
+            for line in text.lines().filter(|l| l.starts_with("Exec")) {
+                let exe = line.split('"').nth(1).unwrap_or_default();
+                if exe.starts_with('/') {
+                    let p = root.join(exe.trim_start_matches('/'));
+                    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+                    std::fs::write(&p, "#!/bin/sh\n").unwrap();
+                    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+                }
+            }
+        }
+        let o = Command::new("systemd-analyze")
+            .arg("verify")
+            .arg(format!("--root={}", root.display()))
+            .arg("--man=no")
+            .args(&units)
+            .current_dir(root.join("etc/systemd/system"))
+            .output()
+            .expect("systemd-analyze");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            o.status.success() && err.trim().is_empty(),
+            "{}: systemd-analyze verify:\n{err}",
+            case.display()
+        );
+        verified += units.len();
+        let _ = std::fs::remove_dir_all(&root);
+    }
+    assert!(verified > 30, "only {verified} units verified");
+}

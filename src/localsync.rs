@@ -1,0 +1,314 @@
+//! podunit-sync, local mode: reconcile after every daemon-reload, driven by systemd's signals.
+//!
+//! One thread owns the D-Bus connection's calls and the state file (this one); helper threads only
+//! forward events into its channel (D-Bus signals, SIGTERM, manifest changes), so a termination
+//! request is handled between two reconciles, never in the middle of writing the record.
+
+use crate::generated::{self, GeneratedPod};
+use crate::paths::Paths;
+use crate::reconcile::{self, Action, State};
+use crate::statefile;
+use crate::systemd::{self, Client, Event};
+use std::collections::HashSet;
+use std::fmt;
+use std::path::PathBuf;
+
+/// Where podunit-sync reads and writes; every path already carries the `PODUNIT_ROOT` prefix.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub paths: Paths,
+    /// The generator's output (`/run/systemd/generator`).
+    pub generator_dir: PathBuf,
+    /// The record (`/var/lib/podunit/sync-state.json`).
+    pub state_file: PathBuf,
+}
+
+impl Options {
+    pub fn from_paths(paths: Paths) -> Self {
+        Options {
+            generator_dir: paths.host(generated::GENERATOR_DIR),
+            state_file: paths.host(statefile::STATE_FILE),
+            paths,
+        }
+    }
+}
+
+#[derive(Debug)]
+pub enum Error {
+    Systemd(systemd::Error),
+    State(statefile::Error),
+    Generated(generated::Error),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Systemd(e) => e.fmt(f),
+            Error::State(e) => e.fmt(f),
+            Error::Generated(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<systemd::Error> for Error {
+    fn from(e: systemd::Error) -> Self {
+        Error::Systemd(e)
+    }
+}
+impl From<statefile::Error> for Error {
+    fn from(e: statefile::Error) -> Self {
+        Error::State(e)
+    }
+}
+impl From<generated::Error> for Error {
+    fn from(e: generated::Error) -> Self {
+        Error::Generated(e)
+    }
+}
+
+/// What one reconcile did, for the log and `STATUS=`.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Summary {
+    pub pods: usize,
+    pub started: usize,
+    pub restarted: usize,
+    pub stopped: usize,
+    pub reset: usize,
+    pub failed: usize,
+}
+
+impl fmt::Display for Summary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} pods; started {}, restarted {}, stopped {} units, reset {}",
+            self.pods, self.started, self.restarted, self.stopped, self.reset
+        )?;
+        if self.failed > 0 {
+            write!(f, ", {} actions failed", self.failed)?;
+        }
+        Ok(())
+    }
+}
+
+/// The kernel's id of this boot: recorded state from another boot is not trusted for restarts.
+pub fn boot_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+pub struct Syncer {
+    pub client: Client,
+    pub opts: Options,
+    boot_id: String,
+    /// Stop jobs still running; once none is left, failed leftovers get reset.
+    pending_stops: HashSet<String>,
+}
+
+impl Syncer {
+    pub fn new(client: Client, opts: Options) -> Self {
+        Syncer {
+            client,
+            opts,
+            boot_id: boot_id(),
+            pending_stops: HashSet::new(),
+        }
+    }
+
+    fn desired(&self) -> Result<Vec<GeneratedPod>, Error> {
+        Ok(generated::scan(&self.opts.generator_dir)?)
+    }
+
+    /// Loaded `podunit-*` units. Pod units the generator did not render this time get their
+    /// `FragmentPath` looked up: a slice stays `loaded` without its file, and only a unit
+    /// without a file is ours to stop (a hand-written unit of the same name is not).
+    fn actual(&self, desired: &[GeneratedPod]) -> Result<Vec<crate::unitstate::ListedUnit>, Error> {
+        let rendered: HashSet<String> = desired.iter().flat_map(|p| p.units()).collect();
+        let mut units = self.client.list_units(systemd::UNIT_PATTERN)?;
+        for u in &mut units {
+            if u.load_state == "loaded"
+                && !rendered.contains(&u.name)
+                && crate::naming::parse(&u.name).is_some()
+            {
+                u.fragment_path = Some(self.client.fragment_path(&u.name)?);
+            }
+        }
+        Ok(units)
+    }
+
+    /// Reconciles once: queues the jobs and persists the record. Per-unit failures are logged
+    /// and leave that pod's record as it was, so the next reload retries it.
+    pub fn reconcile(&mut self) -> Result<Summary, Error> {
+        let desired = self.desired()?;
+        let actual = self.actual(&desired)?;
+        let recorded = statefile::load(&self.opts.state_file)?;
+        let plan = reconcile::plan(&desired, &recorded, &actual, &self.boot_id);
+        let mut next = plan.next;
+        let mut sum = Summary {
+            pods: desired.len(),
+            ..Default::default()
+        };
+        for action in &plan.actions {
+            let result = match action {
+                Action::Start { pod, unit } => {
+                    log(&format!("starting pod {pod} ({unit})"));
+                    self.client.start(unit).map(|_| sum.started += 1)
+                }
+                Action::Restart { pod, unit } => {
+                    log(&format!("restarting pod {pod}: its units changed ({unit})"));
+                    self.client.restart(unit).map(|_| sum.restarted += 1)
+                }
+                Action::Stop { unit } => {
+                    log(&format!("stopping {unit}: its pod is gone"));
+                    self.client.stop(unit).map(|job| {
+                        self.pending_stops.insert(job.as_str().to_string());
+                        sum.stopped += 1;
+                    })
+                }
+                Action::ResetFailed { unit } => {
+                    log(&format!("resetting failed {unit}: its pod is gone"));
+                    self.client.reset_failed(unit).map(|_| sum.reset += 1)
+                }
+            };
+            if let Err(e) = result {
+                sum.failed += 1;
+                log(&format!("{e}"));
+                if let Action::Start { pod, .. } | Action::Restart { pod, .. } = action {
+                    let key = pod.to_string();
+                    match recorded.pods.get(&key) {
+                        Some(old) => next.pods.insert(key, old.clone()),
+                        None => next.pods.remove(&key),
+                    };
+                }
+            }
+        }
+        statefile::save(&self.opts.state_file, &next)?;
+        Ok(sum)
+    }
+
+    /// A job ended. When it was the last of our stop jobs, reset what failed while stopping.
+    pub fn job_removed(&mut self, job: &str) -> Result<(), Error> {
+        if !self.pending_stops.remove(job) || !self.pending_stops.is_empty() {
+            return Ok(());
+        }
+        self.reset_leftovers()
+    }
+
+    /// Resets every failed unit whose pod is gone, so `systemctl --failed` stays clean.
+    pub fn reset_leftovers(&mut self) -> Result<(), Error> {
+        let desired = self.desired()?;
+        for unit in reconcile::leftovers(&self.actual(&desired)?, &desired) {
+            log(&format!("resetting failed {unit}: its pod is gone"));
+            if let Err(e) = self.client.reset_failed(&unit) {
+                log(&format!("{e}"));
+            }
+        }
+        Ok(())
+    }
+
+    /// The spool manifests the generator did not render, unless this boot already reloaded for
+    /// exactly this spool content. Returns the fingerprint to record after reloading.
+    pub fn spool_needs_reload(&self) -> Result<Option<(Vec<String>, String)>, Error> {
+        let spool = self.opts.paths.spool();
+        let files = crate::manifest::discover::list_dir(&spool)
+            .map_err(|e| Error::State(statefile::Error::Io(spool.clone(), e)))?;
+        let host: Vec<String> = files
+            .iter()
+            .filter_map(|f| f.file_name())
+            .map(|n| format!("{}/{}", crate::paths::Paths::SPOOL, n.to_string_lossy()))
+            .collect();
+        let unseen = reconcile::unseen_spool(&host, &self.desired()?);
+        if unseen.is_empty() {
+            return Ok(None);
+        }
+        let fingerprint = format!("{} {}", self.boot_id, host.join(" "));
+        let recorded = statefile::load(&self.opts.state_file)?;
+        if recorded.spool_reloaded_for == fingerprint {
+            return Ok(None);
+        }
+        Ok(Some((unseen, fingerprint)))
+    }
+
+    /// Remembers that this spool content was reloaded for.
+    pub fn record_spool_reload(&self, fingerprint: String) -> Result<(), Error> {
+        let mut s: State = statefile::load(&self.opts.state_file)?;
+        s.spool_reloaded_for = fingerprint;
+        Ok(statefile::save(&self.opts.state_file, &s)?)
+    }
+}
+
+/// What the main loop is told by its helper threads.
+#[derive(Debug)]
+pub enum Msg {
+    Bus(Result<Event, systemd::Error>),
+    /// The signal stream ended (bus connection lost).
+    BusClosed,
+    Terminate(i32),
+    /// Manifest files changed (the optional /etc/pods.d watch), debounced and validated.
+    ManifestsChanged,
+}
+
+/// Logs one line to stderr, which systemd sends to the journal.
+pub fn log(msg: &str) {
+    eprintln!("podunit-sync: {msg}");
+}
+
+/// Runs the main loop until terminated. Called with `events` subscribed *before* the first
+/// reconcile, so a reload in between is never missed.
+pub fn run(syncer: &mut Syncer, rx: std::sync::mpsc::Receiver<Msg>) -> Result<i32, Error> {
+    loop {
+        let Ok(msg) = rx.recv() else {
+            return Ok(0);
+        };
+        let mut reconcile = false;
+        let mut reload_now = false;
+        let mut handle = |msg: Msg, syncer: &mut Syncer| -> Result<Option<i32>, Error> {
+            match msg {
+                Msg::Bus(Ok(Event::Reloading(false))) => reconcile = true,
+                Msg::Bus(Ok(Event::JobRemoved { job, .. })) => syncer.job_removed(&job)?,
+                Msg::Bus(Ok(_)) => {}
+                Msg::Bus(Err(e)) => log(&format!("{e}")),
+                Msg::BusClosed => {
+                    log(
+                        "lost the connection to systemd; exiting so the service manager restarts me",
+                    );
+                    return Ok(Some(1));
+                }
+                Msg::Terminate(sig) => {
+                    log(&format!("signal {sig}: exiting; pods keep running"));
+                    return Ok(Some(0));
+                }
+                Msg::ManifestsChanged => reload_now = true,
+            }
+            Ok(None)
+        };
+        if let Some(code) = handle(msg, syncer)? {
+            return Ok(code);
+        }
+        // Coalesce a burst (several reloads, many job signals) into one reconcile.
+        while let Ok(more) = rx.try_recv() {
+            if let Some(code) = handle(more, syncer)? {
+                return Ok(code);
+            }
+        }
+        if reload_now {
+            log("manifests changed: daemon-reload");
+            if let Err(e) = syncer.client.reload() {
+                log(&format!("{e}"));
+            }
+        }
+        if reconcile {
+            let _ = systemd::notify::notify("STATUS=Reconciling after daemon-reload");
+            match syncer.reconcile() {
+                Ok(sum) => {
+                    log(&format!("reconciled: {sum}"));
+                    let _ = systemd::notify::notify(&format!("STATUS=Reconciled: {sum}"));
+                }
+                Err(e) => log(&format!("reconcile failed: {e}")),
+            }
+        }
+    }
+}

@@ -1,0 +1,381 @@
+//! The reconcile decision (local mode): what the generator rendered (desired), what podunit-sync
+//! last started (recorded), what systemd runs (actual) -> the jobs to queue. Pure; the sync loop
+//! runs the actions and persists the new record.
+//!
+//! The rules, in kubelet terms:
+//! - a pod that is rendered and not running is started (its pod unit pulls in its containers);
+//! - a pod whose rendered files changed since it was started is restarted, in this boot only:
+//!   after a reboot every running pod was started from the files of this boot;
+//! - a pod that is running and was never recorded is adopted as it is (never restarted);
+//! - an untouched pod is never restarted;
+//! - a unit whose file is gone (`not-found`) is stopped if it runs, and reset if it failed, so no
+//!   leftovers stay behind. Units with a file that the generator did not write are not ours to stop.
+
+use crate::generated::{GeneratedPod, PodKey};
+use crate::naming;
+use crate::unitstate::ListedUnit;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// What podunit-sync last did for one pod.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Recorded {
+    /// Content hash of the rendered units the pod was (re)started or adopted with.
+    pub hash: String,
+    /// The pod's units at that time.
+    pub units: Vec<String>,
+}
+
+/// The persisted state of podunit-sync (`/var/lib/podunit/sync-state.json`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub struct State {
+    /// `/proc/sys/kernel/random/boot_id` of the boot the record was made in.
+    #[serde(default)]
+    pub boot_id: String,
+    /// Keyed by `namespace/name`.
+    #[serde(default)]
+    pub pods: BTreeMap<String, Recorded>,
+    /// The spool content (`boot_id` + file list) podunit-sync last reloaded for, so that a
+    /// spool file that never renders (broken) costs one reload per boot, not one per start.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub spool_reloaded_for: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Action {
+    /// StartUnit(pod unit, "replace").
+    Start { pod: PodKey, unit: String },
+    /// RestartUnit(pod unit, "replace"): the containers follow through PartOf=.
+    Restart { pod: PodKey, unit: String },
+    /// StopUnit(unit, "replace") for a unit whose file is gone.
+    Stop { unit: String },
+    /// ResetFailedUnit(unit) for a failed unit whose file is gone.
+    ResetFailed { unit: String },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Plan {
+    pub actions: Vec<Action>,
+    /// The record to persist once the actions are queued.
+    pub next: State,
+}
+
+/// Decides the actions. `actual` is every loaded `podunit-*` unit systemd lists.
+pub fn plan(
+    desired: &[GeneratedPod],
+    recorded: &State,
+    actual: &[ListedUnit],
+    boot_id: &str,
+) -> Plan {
+    let same_boot = !recorded.boot_id.is_empty() && recorded.boot_id == boot_id;
+    let by_name: BTreeMap<&str, &ListedUnit> =
+        actual.iter().map(|u| (u.name.as_str(), u)).collect();
+    let mut actions = Vec::new();
+    let mut next = State {
+        boot_id: boot_id.to_string(),
+        pods: BTreeMap::new(),
+        spool_reloaded_for: recorded.spool_reloaded_for.clone(),
+    };
+    let mut desired_units: BTreeSet<String> = BTreeSet::new();
+    for pod in desired {
+        desired_units.extend(pod.units());
+        let Some(unit) = pod.pod_unit.clone() else {
+            continue; // no pod unit rendered: nothing that could start it
+        };
+        let running = by_name.get(unit.as_str()).is_some_and(|u| u.is_running());
+        let record = recorded.pods.get(&pod.key.to_string());
+        let changed = record.is_some_and(|r| r.hash != pod.hash);
+        let key = pod.key.clone();
+        if running && changed && same_boot {
+            actions.push(Action::Restart { pod: key, unit });
+        } else if !running {
+            actions.push(Action::Start { pod: key, unit });
+        }
+        next.pods.insert(
+            pod.key.to_string(),
+            Recorded {
+                hash: pod.hash.clone(),
+                units: pod.units(),
+            },
+        );
+    }
+    for u in actual {
+        if desired_units.contains(&u.name) || naming::parse(&u.name).is_none() || !u.is_not_found()
+        {
+            continue;
+        }
+        if u.is_running() {
+            actions.push(Action::Stop {
+                unit: u.name.clone(),
+            });
+        } else if u.active_state == "failed" {
+            actions.push(Action::ResetFailed {
+                unit: u.name.clone(),
+            });
+        }
+    }
+    Plan { actions, next }
+}
+
+/// Units that still need a reset-failed once their stop jobs are done: failed and file gone.
+pub fn leftovers(actual: &[ListedUnit], desired: &[GeneratedPod]) -> Vec<String> {
+    let desired_units: BTreeSet<String> = desired.iter().flat_map(|p| p.units()).collect();
+    actual
+        .iter()
+        .filter(|u| {
+            u.is_not_found()
+                && u.active_state == "failed"
+                && !desired_units.contains(&u.name)
+                && naming::parse(&u.name).is_some()
+        })
+        .map(|u| u.name.clone())
+        .collect()
+}
+
+/// Spool manifests (host paths) that no rendered pod came from. At boot the generator runs before
+/// a separate /var is mounted, so spool pods are missing until the next reload: a non-empty answer
+/// at podunit-sync's start means "reload now" (DESIGN.md §3). A spool file that is broken is
+/// also unseen; the caller reloads at most once per boot and spool content for that reason.
+pub fn unseen_spool(spool_files: &[String], desired: &[GeneratedPod]) -> Vec<String> {
+    let seen: BTreeSet<&str> = desired
+        .iter()
+        .filter_map(|p| p.source_path.as_deref())
+        .collect();
+    spool_files
+        .iter()
+        .filter(|f| !seen.contains(f.as_str()))
+        .cloned()
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::generated::{ContainerKind, GeneratedContainer};
+
+    const BOOT: &str = "b1";
+
+    fn pod(name: &str, hash: &str) -> GeneratedPod {
+        GeneratedPod {
+            key: PodKey::new("default", name),
+            uid: None,
+            pod_unit: Some(naming::pod_service("default", name)),
+            slice: Some(naming::pod_slice("default", name)),
+            containers: vec![GeneratedContainer {
+                name: "c".into(),
+                unit: naming::container_service("default", name, "c"),
+                kind: ContainerKind::App,
+                order: 0,
+                restart: "always".into(),
+            }],
+            source_path: None,
+            hash: hash.into(),
+        }
+    }
+
+    fn unit(name: &str, load: &str, active: &str) -> ListedUnit {
+        ListedUnit {
+            name: name.into(),
+            load_state: load.into(),
+            active_state: active.into(),
+            sub_state: String::new(),
+            fragment_path: None,
+        }
+    }
+
+    fn running(name: &str) -> ListedUnit {
+        unit(&naming::pod_service("default", name), "loaded", "active")
+    }
+
+    fn rec(entries: &[(&str, &str)], boot: &str) -> State {
+        State {
+            boot_id: boot.into(),
+            pods: entries
+                .iter()
+                .map(|(n, h)| {
+                    (
+                        format!("default/{n}"),
+                        Recorded {
+                            hash: h.to_string(),
+                            units: pod(n, h).units(),
+                        },
+                    )
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    fn start(n: &str) -> Action {
+        Action::Start {
+            pod: PodKey::new("default", n),
+            unit: naming::pod_service("default", n),
+        }
+    }
+
+    #[test]
+    fn new_pod_is_started_and_recorded() {
+        let p = plan(&[pod("web", "h1")], &State::default(), &[], BOOT);
+        assert_eq!(p.actions, vec![start("web")]);
+        assert_eq!(p.next.pods["default/web"].hash, "h1");
+        assert_eq!(p.next.boot_id, BOOT);
+    }
+
+    #[test]
+    fn untouched_running_pod_is_left_alone() {
+        let p = plan(
+            &[pod("web", "h1")],
+            &rec(&[("web", "h1")], BOOT),
+            &[running("web")],
+            BOOT,
+        );
+        assert!(p.actions.is_empty(), "{:?}", p.actions);
+    }
+
+    #[test]
+    fn changed_pod_is_restarted_and_only_it() {
+        let p = plan(
+            &[pod("web", "h2"), pod("db", "d1")],
+            &rec(&[("web", "h1"), ("db", "d1")], BOOT),
+            &[running("web"), running("db")],
+            BOOT,
+        );
+        assert_eq!(
+            p.actions,
+            vec![Action::Restart {
+                pod: PodKey::new("default", "web"),
+                unit: naming::pod_service("default", "web")
+            }]
+        );
+        assert_eq!(p.next.pods["default/web"].hash, "h2");
+    }
+
+    #[test]
+    fn running_unrecorded_pod_is_adopted_not_restarted() {
+        let p = plan(
+            &[pod("web", "h1")],
+            &State::default(),
+            &[running("web")],
+            BOOT,
+        );
+        assert!(p.actions.is_empty());
+        assert_eq!(p.next.pods["default/web"].hash, "h1");
+    }
+
+    #[test]
+    fn after_reboot_running_pods_are_adopted_even_if_changed() {
+        let p = plan(
+            &[pod("web", "h2")],
+            &rec(&[("web", "h1")], "old"),
+            &[running("web")],
+            BOOT,
+        );
+        assert!(p.actions.is_empty());
+        assert_eq!(p.next.boot_id, BOOT);
+    }
+
+    #[test]
+    fn stopped_or_failed_pod_is_started() {
+        for state in ["inactive", "failed"] {
+            let actual = [unit(
+                &naming::pod_service("default", "web"),
+                "loaded",
+                state,
+            )];
+            let p = plan(
+                &[pod("web", "h1")],
+                &rec(&[("web", "h1")], BOOT),
+                &actual,
+                BOOT,
+            );
+            assert_eq!(p.actions, vec![start("web")], "{state}");
+        }
+        // A changed pod that is not running is started, not restarted.
+        let p = plan(&[pod("web", "h2")], &rec(&[("web", "h1")], BOOT), &[], BOOT);
+        assert_eq!(p.actions, vec![start("web")]);
+    }
+
+    #[test]
+    fn removed_pod_units_are_stopped_and_failed_ones_reset() {
+        let gone = pod("old", "h");
+        let actual = vec![
+            unit(gone.pod_unit.as_deref().unwrap(), "not-found", "active"),
+            unit(&gone.containers[0].unit, "not-found", "failed"),
+            unit(gone.slice.as_deref().unwrap(), "not-found", "active"),
+            unit(
+                &naming::container_service("default", "web", "gone"),
+                "not-found",
+                "deactivating",
+            ),
+            unit("podunit-default_idle.service", "not-found", "inactive"),
+            // A slice without its file is still `loaded`: its missing fragment tells.
+            ListedUnit {
+                fragment_path: Some(String::new()),
+                ..unit("podunit-default_old2.slice", "loaded", "active")
+            },
+            // Not ours: a file exists (hand-written), or not a pod unit name.
+            unit("podunit-default_hand.service", "loaded", "active"),
+            ListedUnit {
+                fragment_path: Some("/etc/systemd/system/podunit-default_hand2.service".into()),
+                ..unit("podunit-default_hand2.service", "loaded", "active")
+            },
+            unit("podunit-sync.service", "not-found", "active"),
+            running("web"),
+        ];
+        let p = plan(
+            &[pod("web", "h1")],
+            &rec(&[("web", "h1"), ("old", "h")], BOOT),
+            &actual,
+            BOOT,
+        );
+        assert_eq!(
+            p.actions,
+            vec![
+                Action::Stop {
+                    unit: gone.pod_unit.clone().unwrap()
+                },
+                Action::ResetFailed {
+                    unit: gone.containers[0].unit.clone()
+                },
+                Action::Stop {
+                    unit: gone.slice.clone().unwrap()
+                },
+                Action::Stop {
+                    unit: naming::container_service("default", "web", "gone")
+                },
+                Action::Stop {
+                    unit: "podunit-default_old2.slice".into()
+                },
+            ]
+        );
+        assert!(!p.next.pods.contains_key("default/old"));
+        assert_eq!(
+            leftovers(&actual, &[pod("web", "h1")]),
+            vec![gone.containers[0].unit.clone()]
+        );
+    }
+
+    #[test]
+    fn spool_files_without_pods_are_unseen() {
+        let mut p = pod("web", "h");
+        p.source_path = Some("/var/lib/podunit/spool/web.yaml".into());
+        let files = vec![
+            "/var/lib/podunit/spool/web.yaml".to_string(),
+            "/var/lib/podunit/spool/db.yaml".to_string(),
+        ];
+        assert_eq!(unseen_spool(&files, &[p.clone()]), vec![files[1].clone()]);
+        assert_eq!(unseen_spool(&files[..1], &[p]), Vec::<String>::new());
+        assert_eq!(unseen_spool(&files[..1], &[]), files[..1].to_vec());
+    }
+
+    #[test]
+    fn state_round_trips_through_json() {
+        let s = rec(&[("web", "h1")], BOOT);
+        let j = serde_json::to_string(&s).unwrap();
+        assert_eq!(serde_json::from_str::<State>(&j).unwrap(), s);
+        // Older or partial files still load.
+        assert_eq!(
+            serde_json::from_str::<State>("{}").unwrap(),
+            State::default()
+        );
+    }
+}

@@ -1,0 +1,716 @@
+//! Pod and container status from unit states, the way the kubelet reports it (PodStatus) and
+//! kubectl prints it (READY, STATUS, RESTARTS). Pure: `podunit status` prints it, and the cluster
+//! helper posts the same data as the pod's status.
+
+use crate::generated::{ContainerKind, GeneratedContainer, GeneratedPod, PodKey};
+use crate::naming::{self, Parsed};
+use crate::paths::Source;
+use crate::unitstate::{ExitKind, ListedUnit, UnitState};
+use serde::{Serialize, Serializer};
+use std::collections::{BTreeMap, HashMap};
+
+fn ser_time<S: Serializer>(us: &u64, s: S) -> Result<S::Ok, S::Error> {
+    if *us == 0 {
+        s.serialize_none()
+    } else {
+        s.serialize_str(&crate::timefmt::rfc3339(*us))
+    }
+}
+
+/// Kubernetes `ContainerState`: exactly one of running, waiting, terminated.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ContainerState {
+    #[serde(rename_all = "camelCase")]
+    Waiting { reason: String },
+    #[serde(rename_all = "camelCase")]
+    Running {
+        #[serde(serialize_with = "ser_time")]
+        started_at: u64,
+    },
+    #[serde(rename_all = "camelCase")]
+    Terminated {
+        exit_code: i32,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        signal: Option<i32>,
+        reason: String,
+        #[serde(serialize_with = "ser_time")]
+        started_at: u64,
+        #[serde(serialize_with = "ser_time")]
+        finished_at: u64,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContainerStatus {
+    pub name: String,
+    pub unit: String,
+    pub kind: ContainerKind,
+    pub state: ContainerState,
+    /// The previous termination while the container waits to be restarted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_state: Option<ContainerState>,
+    pub ready: bool,
+    pub started: bool,
+    pub restart_count: u32,
+    /// systemd's view, for people and debugging.
+    pub active_state: String,
+    pub sub_state: String,
+}
+
+impl ContainerStatus {
+    /// The exit code shown to people: of the current termination, or of the last one.
+    pub fn exit_code(&self) -> Option<i32> {
+        match (&self.state, &self.last_state) {
+            (ContainerState::Terminated { exit_code, .. }, _)
+            | (_, Some(ContainerState::Terminated { exit_code, .. })) => Some(*exit_code),
+            _ => None,
+        }
+    }
+
+    pub fn started_at(&self) -> u64 {
+        match &self.state {
+            ContainerState::Running { started_at } => *started_at,
+            ContainerState::Terminated { started_at, .. } => *started_at,
+            ContainerState::Waiting { .. } => 0,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Phase {
+    Pending,
+    Running,
+    Succeeded,
+    Failed,
+    Unknown,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Condition {
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    /// `True` / `False`, as the API spells it.
+    pub status: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodStatus {
+    pub namespace: String,
+    pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<Source>,
+    pub phase: Phase,
+    /// kubectl's STATUS column: Running, Pending, Init:0/2, CrashLoopBackOff, Completed, ...
+    pub display: String,
+    pub ready_containers: usize,
+    pub total_containers: usize,
+    /// kubectl's RESTARTS: every container's restartCount summed.
+    pub restarts: u32,
+    #[serde(serialize_with = "ser_time")]
+    pub start_time: u64,
+    pub terminating: bool,
+    pub conditions: Vec<Condition>,
+    pub init_container_statuses: Vec<ContainerStatus>,
+    pub container_statuses: Vec<ContainerStatus>,
+    pub pod_unit: String,
+    pub pod_unit_state: String,
+}
+
+fn running(u: &UnitState) -> bool {
+    u.active_state == "active" && u.sub_state != "exited"
+        || u.active_state == "reloading"
+        || u.active_state == "deactivating"
+}
+
+fn terminated(u: &UnitState) -> ContainerState {
+    let code = u.exec_main_code.exit_code(u.exec_main_status).unwrap_or(0);
+    let signal = matches!(u.exec_main_code, ExitKind::Killed | ExitKind::Dumped)
+        .then_some(u.exec_main_status);
+    let reason = if u.result == "oom-kill" {
+        "OOMKilled"
+    } else if code == 0 {
+        "Completed"
+    } else {
+        "Error"
+    };
+    ContainerState::Terminated {
+        exit_code: code,
+        signal,
+        reason: reason.into(),
+        started_at: u.exec_main_start_us,
+        finished_at: u.exec_main_exit_us,
+    }
+}
+
+/// One container from its unit. `blocked_reason` is what it waits for when it has not run yet.
+pub fn container_status(
+    c: &GeneratedContainer,
+    u: &UnitState,
+    blocked_reason: &str,
+) -> ContainerStatus {
+    let ran = u.exec_main_code != ExitKind::None || u.exec_main_start_us != 0;
+    let (state, last_state) = match (u.active_state.as_str(), u.sub_state.as_str()) {
+        // Between two runs: systemd waits RestartSec=, kubelet calls it CrashLoopBackOff.
+        ("activating", "auto-restart") | (_, "auto-restart") => (
+            ContainerState::Waiting {
+                reason: "CrashLoopBackOff".into(),
+            },
+            Some(terminated(u)),
+        ),
+        // A oneshot (init container) that finished: RemainAfterExit keeps it active/exited.
+        ("active", "exited") => (terminated(u), None),
+        ("activating", _) if c.kind == ContainerKind::Init && u.main_pid != 0 => (
+            ContainerState::Running {
+                started_at: u.exec_main_start_us,
+            },
+            None,
+        ),
+        ("activating", _) => (
+            ContainerState::Waiting {
+                reason: "ContainerCreating".into(),
+            },
+            None,
+        ),
+        _ if running(u) => (
+            ContainerState::Running {
+                started_at: u.exec_main_start_us,
+            },
+            None,
+        ),
+        ("inactive" | "failed", _) if ran => (terminated(u), None),
+        _ => (
+            ContainerState::Waiting {
+                reason: blocked_reason.into(),
+            },
+            None,
+        ),
+    };
+    let ready = match &state {
+        ContainerState::Running { .. } => u.active_state == "active",
+        ContainerState::Terminated { exit_code, .. } => {
+            c.kind == ContainerKind::Init && *exit_code == 0
+        }
+        ContainerState::Waiting { .. } => false,
+    };
+    ContainerStatus {
+        name: c.name.clone(),
+        unit: c.unit.clone(),
+        kind: c.kind,
+        started: matches!(state, ContainerState::Running { .. }),
+        state,
+        last_state,
+        ready,
+        restart_count: u.n_restarts,
+        active_state: u.active_state.clone(),
+        sub_state: u.sub_state.clone(),
+    }
+}
+
+fn init_done(s: &ContainerStatus) -> bool {
+    match s.kind {
+        ContainerKind::Sidecar => s.started,
+        _ => matches!(s.state, ContainerState::Terminated { exit_code: 0, .. }),
+    }
+}
+
+/// Will this container run again by itself? (Decides Succeeded/Failed versus Running.)
+fn will_restart(c: &GeneratedContainer, s: &ContainerStatus) -> bool {
+    match (&s.state, c.restart.as_str()) {
+        (ContainerState::Terminated { .. }, "always") => true,
+        (ContainerState::Terminated { exit_code, .. }, "on-failure") => *exit_code != 0,
+        (ContainerState::Terminated { .. }, _) => false,
+        _ => true,
+    }
+}
+
+/// The whole pod. `units` maps unit names to their states (missing = never loaded).
+pub fn pod_status(
+    pod: &GeneratedPod,
+    units: &HashMap<String, UnitState>,
+    source: Option<Source>,
+    terminating: bool,
+) -> PodStatus {
+    let state_of = |name: &str| {
+        units
+            .get(name)
+            .cloned()
+            .unwrap_or_else(|| UnitState::absent(name))
+    };
+    let pod_unit_name = pod.pod_unit.clone().unwrap_or_default();
+    let pu = state_of(&pod_unit_name);
+    let pod_up = pu.active_state == "active" || pu.active_state == "reloading";
+    let pod_waiting = if pod_up {
+        "PodInitializing"
+    } else {
+        "ContainerCreating"
+    };
+    let mut init = Vec::new();
+    let mut apps = Vec::new();
+    let mut all_init_done = true;
+    for c in &pod.containers {
+        let u = state_of(&c.unit);
+        if c.kind == ContainerKind::App {
+            let reason = if all_init_done {
+                pod_waiting
+            } else {
+                "PodInitializing"
+            };
+            apps.push((c, container_status(c, &u, reason)));
+        } else {
+            let s = container_status(c, &u, pod_waiting);
+            all_init_done &= init_done(&s);
+            init.push((c, s));
+        }
+    }
+    let restarts = init.iter().chain(&apps).map(|(_, s)| s.restart_count).sum();
+    let ready_containers = apps.iter().filter(|(_, s)| s.ready).count();
+    let total_containers = apps.len();
+    let all_ready = ready_containers == total_containers && total_containers > 0;
+    let phase = if !all_init_done {
+        Phase::Pending
+    } else if !apps.is_empty() && apps.iter().all(|(c, s)| !will_restart(c, s)) {
+        if apps.iter().all(|(_, s)| s.exit_code() == Some(0)) {
+            Phase::Succeeded
+        } else {
+            Phase::Failed
+        }
+    } else if apps
+        .iter()
+        .any(|(_, s)| s.started || s.last_state.is_some())
+    {
+        Phase::Running
+    } else {
+        Phase::Pending
+    };
+    let display = display_status(phase, &init, &apps, terminating);
+    let conditions = vec![
+        cond("PodReadyToStartContainers", pod_up),
+        cond("Initialized", all_init_done),
+        cond("Ready", all_ready),
+        cond("ContainersReady", all_ready),
+        cond("PodScheduled", true),
+    ];
+    let start_time = if pu.active_enter_us != 0 {
+        pu.active_enter_us
+    } else {
+        pu.exec_main_start_us
+    };
+    PodStatus {
+        namespace: pod.key.namespace.clone(),
+        name: pod.key.name.clone(),
+        uid: pod.uid.clone(),
+        source,
+        phase,
+        display,
+        ready_containers,
+        total_containers,
+        restarts,
+        start_time,
+        terminating,
+        conditions,
+        init_container_statuses: init.into_iter().map(|(_, s)| s).collect(),
+        container_statuses: apps.into_iter().map(|(_, s)| s).collect(),
+        pod_unit: pod_unit_name,
+        pod_unit_state: format!("{}/{}", pu.active_state, pu.sub_state),
+    }
+}
+
+fn cond(kind: &'static str, ok: bool) -> Condition {
+    Condition {
+        kind,
+        status: if ok { "True" } else { "False" },
+    }
+}
+
+/// kubectl's STATUS column (`printPod` in kubectl's printers).
+fn display_status(
+    phase: Phase,
+    init: &[(&GeneratedContainer, ContainerStatus)],
+    apps: &[(&GeneratedContainer, ContainerStatus)],
+    terminating: bool,
+) -> String {
+    if terminating {
+        return "Terminating".into();
+    }
+    let mut reason = format!("{phase:?}");
+    for (i, (_, s)) in init.iter().enumerate() {
+        if init_done(s) {
+            continue;
+        }
+        return match &s.state {
+            ContainerState::Terminated { reason, .. } if !reason.is_empty() => {
+                format!("Init:{reason}")
+            }
+            ContainerState::Waiting { reason }
+                if !reason.is_empty()
+                    && reason != "PodInitializing"
+                    && reason != "ContainerCreating" =>
+            {
+                format!("Init:{reason}")
+            }
+            _ => format!("Init:{i}/{}", init.len()),
+        };
+    }
+    let mut has_running = false;
+    for (_, s) in apps.iter().rev() {
+        match &s.state {
+            ContainerState::Waiting { reason: r } if !r.is_empty() => reason = r.clone(),
+            ContainerState::Terminated { reason: r, .. } => reason = r.clone(),
+            ContainerState::Running { .. } if s.ready => has_running = true,
+            _ => {}
+        }
+    }
+    if reason == "Completed" && has_running {
+        reason = "Running".into();
+    }
+    reason
+}
+
+/// Pods that systemd still runs but the generator no longer renders (their files are gone):
+/// shown as Terminating until their units are stopped. Shortened names are grouped by their hash.
+pub fn orphan_pods(actual: &[ListedUnit], desired: &[GeneratedPod]) -> Vec<GeneratedPod> {
+    let known: std::collections::HashSet<String> = desired.iter().flat_map(|p| p.units()).collect();
+    let mut pods: BTreeMap<PodKey, GeneratedPod> = BTreeMap::new();
+    for u in actual {
+        if known.contains(&u.name) || !u.is_not_found() || !u.is_running() {
+            continue;
+        }
+        let (key, container) = match naming::parse(&u.name) {
+            Some(Parsed::Exact(id)) => (PodKey::new(&id.namespace, &id.pod), id.container),
+            Some(Parsed::Shortened {
+                namespace,
+                hash,
+                container,
+            }) => (PodKey::new(&namespace, &format!(":{hash}")), container),
+            None => continue,
+        };
+        let pod = pods.entry(key.clone()).or_insert_with(|| GeneratedPod {
+            key,
+            uid: None,
+            pod_unit: None,
+            slice: None,
+            containers: Vec::new(),
+            source_path: None,
+            hash: String::new(),
+        });
+        match container {
+            Some(name) => pod.containers.push(GeneratedContainer {
+                name,
+                unit: u.name.clone(),
+                kind: ContainerKind::App,
+                order: 0,
+                restart: "no".into(),
+            }),
+            None if u.name.ends_with(".service") => pod.pod_unit = Some(u.name.clone()),
+            None => pod.slice = Some(u.name.clone()),
+        }
+    }
+    pods.into_values().collect()
+}
+
+/// Which manifest directory a `SourcePath=` lies in. Both the host path and the prefixed path
+/// (tests, `PODUNIT_ROOT`) are recognised.
+pub fn source_of(source_path: &str, paths: &crate::paths::Paths) -> Option<Source> {
+    let host = [
+        (Source::Etc, crate::paths::Paths::ETC_PODS),
+        (Source::Run, crate::paths::Paths::RUN_PODS),
+        (Source::Spool, crate::paths::Paths::SPOOL),
+    ];
+    host.iter().find_map(|(src, dir)| {
+        let prefixed = paths.host(dir);
+        let inside = |d: &str| {
+            source_path
+                .strip_prefix(d)
+                .is_some_and(|rest| rest.starts_with('/'))
+        };
+        (inside(dir) || inside(&prefixed.to_string_lossy())).then_some(*src)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T0: u64 = 1_700_000_000_000_000;
+
+    fn c(name: &str, kind: ContainerKind, restart: &str) -> GeneratedContainer {
+        GeneratedContainer {
+            name: name.into(),
+            unit: naming::container_service("default", "web", name),
+            kind,
+            order: 0,
+            restart: restart.into(),
+        }
+    }
+
+    fn pod(containers: Vec<GeneratedContainer>) -> GeneratedPod {
+        GeneratedPod {
+            key: PodKey::new("default", "web"),
+            uid: Some("u".into()),
+            pod_unit: Some(naming::pod_service("default", "web")),
+            slice: None,
+            containers,
+            source_path: Some("/etc/pods.d/web.yaml".into()),
+            hash: "h".into(),
+        }
+    }
+
+    fn st(active: &str, sub: &str) -> UnitState {
+        UnitState {
+            load_state: "loaded".into(),
+            active_state: active.into(),
+            sub_state: sub.into(),
+            ..Default::default()
+        }
+    }
+
+    fn running_unit() -> UnitState {
+        UnitState {
+            exec_main_start_us: T0,
+            main_pid: 42,
+            active_enter_us: T0,
+            ..st("active", "running")
+        }
+    }
+
+    fn exited(code: ExitKind, status: i32, active: &str, sub: &str) -> UnitState {
+        UnitState {
+            exec_main_code: code,
+            exec_main_status: status,
+            exec_main_start_us: T0,
+            exec_main_exit_us: T0 + 5_000_000,
+            result: if status == 0 { "success" } else { "exit-code" }.into(),
+            ..st(active, sub)
+        }
+    }
+
+    fn units(p: &GeneratedPod, states: Vec<(&str, UnitState)>) -> HashMap<String, UnitState> {
+        let mut m: HashMap<String, UnitState> = HashMap::new();
+        m.insert(
+            p.pod_unit.clone().unwrap(),
+            UnitState {
+                active_enter_us: T0,
+                ..st("active", "exited")
+            },
+        );
+        for (n, mut s) in states {
+            let unit = p
+                .containers
+                .iter()
+                .find(|c| c.name == n)
+                .unwrap()
+                .unit
+                .clone();
+            s.name = unit.clone();
+            m.insert(unit, s);
+        }
+        m
+    }
+
+    #[test]
+    fn running_pod() {
+        let p = pod(vec![
+            c("init", ContainerKind::Init, "no"),
+            c("app", ContainerKind::App, "always"),
+            c("side", ContainerKind::App, "always"),
+        ]);
+        let mut app = running_unit();
+        app.n_restarts = 2;
+        let m = units(
+            &p,
+            vec![
+                ("init", exited(ExitKind::Exited, 0, "active", "exited")),
+                ("app", app),
+                ("side", running_unit()),
+            ],
+        );
+        let s = pod_status(&p, &m, Some(Source::Etc), false);
+        assert_eq!(s.phase, Phase::Running);
+        assert_eq!(s.display, "Running");
+        assert_eq!((s.ready_containers, s.total_containers), (2, 2));
+        assert_eq!(s.restarts, 2);
+        assert_eq!(s.start_time, T0);
+        assert!(s.init_container_statuses[0].ready);
+        assert_eq!(s.init_container_statuses[0].exit_code(), Some(0));
+        assert!(s.conditions.iter().all(|c| c.status == "True"));
+        let j = serde_json::to_value(&s).unwrap();
+        assert_eq!(
+            j["containerStatuses"][0]["state"]["running"]["startedAt"],
+            "2023-11-14T22:13:20Z"
+        );
+        assert_eq!(
+            j["initContainerStatuses"][0]["state"]["terminated"]["reason"],
+            "Completed"
+        );
+        assert_eq!(j["source"], "etc");
+        assert_eq!(j["phase"], "Running");
+    }
+
+    #[test]
+    fn init_progress_and_failure() {
+        let p = pod(vec![
+            c("i1", ContainerKind::Init, "no"),
+            c("i2", ContainerKind::Init, "no"),
+            c("app", ContainerKind::App, "always"),
+        ]);
+        let m = units(
+            &p,
+            vec![
+                ("i1", exited(ExitKind::Exited, 0, "active", "exited")),
+                (
+                    "i2",
+                    UnitState {
+                        main_pid: 7,
+                        exec_main_start_us: T0,
+                        ..st("activating", "start")
+                    },
+                ),
+            ],
+        );
+        let s = pod_status(&p, &m, None, false);
+        assert_eq!(s.display, "Init:1/2");
+        assert_eq!(s.phase, Phase::Pending);
+        assert!(matches!(
+            s.init_container_statuses[1].state,
+            ContainerState::Running { .. }
+        ));
+        assert_eq!(
+            s.container_statuses[0].state,
+            ContainerState::Waiting {
+                reason: "PodInitializing".into()
+            }
+        );
+        let m = units(
+            &p,
+            vec![
+                ("i1", exited(ExitKind::Exited, 0, "active", "exited")),
+                ("i2", exited(ExitKind::Exited, 3, "failed", "failed")),
+            ],
+        );
+        let s = pod_status(&p, &m, None, false);
+        assert_eq!(s.display, "Init:Error");
+        assert_eq!(s.init_container_statuses[1].exit_code(), Some(3));
+        assert_eq!(
+            s.conditions[1],
+            Condition {
+                kind: "Initialized",
+                status: "False"
+            }
+        );
+    }
+
+    #[test]
+    fn crash_loop_and_completion() {
+        let p = pod(vec![c("app", ContainerKind::App, "always")]);
+        let mut u = exited(ExitKind::Exited, 1, "activating", "auto-restart");
+        u.n_restarts = 4;
+        let s = pod_status(&p, &units(&p, vec![("app", u)]), None, false);
+        assert_eq!(s.display, "CrashLoopBackOff");
+        assert_eq!(s.phase, Phase::Running);
+        assert_eq!(s.restarts, 4);
+        assert_eq!(s.container_statuses[0].exit_code(), Some(1));
+
+        let p = pod(vec![c("job", ContainerKind::App, "no")]);
+        let s = pod_status(
+            &p,
+            &units(
+                &p,
+                vec![("job", exited(ExitKind::Exited, 0, "inactive", "dead"))],
+            ),
+            None,
+            false,
+        );
+        assert_eq!(
+            (s.phase, s.display.as_str()),
+            (Phase::Succeeded, "Completed")
+        );
+        let s = pod_status(
+            &p,
+            &units(
+                &p,
+                vec![("job", exited(ExitKind::Killed, 9, "failed", "failed"))],
+            ),
+            None,
+            false,
+        );
+        assert_eq!((s.phase, s.display.as_str()), (Phase::Failed, "Error"));
+        assert_eq!(s.container_statuses[0].exit_code(), Some(137));
+        let p = pod(vec![c("job", ContainerKind::App, "on-failure")]);
+        let s = pod_status(
+            &p,
+            &units(
+                &p,
+                vec![("job", exited(ExitKind::Exited, 0, "inactive", "dead"))],
+            ),
+            None,
+            false,
+        );
+        assert_eq!(s.phase, Phase::Succeeded);
+    }
+
+    #[test]
+    fn sidecar_counts_as_started_init() {
+        let p = pod(vec![
+            c("proxy", ContainerKind::Sidecar, "always"),
+            c("app", ContainerKind::App, "always"),
+        ]);
+        let m = units(&p, vec![("proxy", running_unit()), ("app", running_unit())]);
+        let s = pod_status(&p, &m, None, false);
+        assert_eq!(s.display, "Running");
+        assert_eq!(s.total_containers, 1);
+    }
+
+    #[test]
+    fn never_started_pod_is_pending() {
+        let p = pod(vec![c("app", ContainerKind::App, "always")]);
+        let s = pod_status(&p, &HashMap::new(), None, false);
+        assert_eq!(s.phase, Phase::Pending);
+        assert_eq!(s.display, "ContainerCreating");
+        assert_eq!(s.start_time, 0);
+        let s = pod_status(&p, &HashMap::new(), None, true);
+        assert_eq!(s.display, "Terminating");
+    }
+
+    #[test]
+    fn orphans_and_sources() {
+        let actual = vec![
+            ListedUnit {
+                name: naming::container_service("default", "gone", "c"),
+                load_state: "not-found".into(),
+                active_state: "deactivating".into(),
+                sub_state: "stop-sigterm".into(),
+                fragment_path: None,
+            },
+            ListedUnit {
+                name: naming::pod_service("default", "gone"),
+                load_state: "not-found".into(),
+                active_state: "active".into(),
+                sub_state: "exited".into(),
+                fragment_path: None,
+            },
+            ListedUnit {
+                name: naming::pod_service("default", "idle"),
+                load_state: "not-found".into(),
+                active_state: "inactive".into(),
+                sub_state: "dead".into(),
+                fragment_path: None,
+            },
+        ];
+        let o = orphan_pods(&actual, &[]);
+        assert_eq!(o.len(), 1);
+        assert_eq!(o[0].key, PodKey::new("default", "gone"));
+        assert_eq!(o[0].containers[0].name, "c");
+        let paths = crate::paths::Paths::with_root("/tmp/r");
+        assert_eq!(source_of("/etc/pods.d/a.yaml", &paths), Some(Source::Etc));
+        assert_eq!(
+            source_of("/tmp/r/var/lib/podunit/spool/x.yaml", &paths),
+            Some(Source::Spool)
+        );
+        assert_eq!(source_of("/etc/pods.dx/a.yaml", &paths), None);
+    }
+}

@@ -1,0 +1,249 @@
+//! A small systemd client over D-Bus (zbus, blocking API): the manager calls podunit needs,
+//! unit properties, and the signals that drive reconcile and status (Reloading, JobRemoved,
+//! PropertiesChanged). Translation of the bus's data lives in [`props`], which is pure.
+
+pub mod notify;
+pub mod props;
+
+use crate::unitstate::{ListedUnit, UnitState};
+use std::collections::HashMap;
+use std::fmt;
+use zbus::blocking::{Connection, MessageIterator, Proxy};
+use zbus::message::Type as MsgType;
+use zbus::zvariant::{OwnedObjectPath, OwnedValue};
+
+const DEST: &str = "org.freedesktop.systemd1";
+const MANAGER_PATH: &str = "/org/freedesktop/systemd1";
+const MANAGER_IFACE: &str = "org.freedesktop.systemd1.Manager";
+const UNIT_IFACE: &str = "org.freedesktop.systemd1.Unit";
+const SERVICE_IFACE: &str = "org.freedesktop.systemd1.Service";
+const PROPS_IFACE: &str = "org.freedesktop.DBus.Properties";
+
+/// Glob for every unit podunit generates (and podunit-sync itself, which callers filter out).
+pub const UNIT_PATTERN: &str = "podunit-*";
+
+#[derive(Debug)]
+pub struct Error {
+    /// What podunit was doing: `StartUnit podunit-default_web.service`.
+    pub what: String,
+    /// Boxed: zbus's error is large and errors are rare.
+    pub source: Box<zbus::Error>,
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "systemd D-Bus call {} failed: {}",
+            self.what, self.source
+        )
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&*self.source)
+    }
+}
+
+fn ctx<T>(what: impl Into<String>, r: zbus::Result<T>) -> Result<T, Error> {
+    r.map_err(|source| Error {
+        what: what.into(),
+        source: Box::new(source),
+    })
+}
+
+/// What systemd tells a subscriber.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// `Reloading(true)` before a daemon-reload, `Reloading(false)` once it is done.
+    Reloading(bool),
+    /// A job finished: `result` is `done`, `canceled`, `timeout`, `failed`, `dependency`, `skipped`.
+    JobRemoved {
+        id: u32,
+        /// The job's object path, as returned by StartUnit and friends.
+        job: String,
+        unit: String,
+        result: String,
+    },
+    /// Properties of a unit changed (state, restarts, ...).
+    UnitChanged { unit: String },
+}
+
+/// A connection to the system manager.
+pub struct Client {
+    conn: Connection,
+}
+
+/// Job mode for start/stop/restart: replace conflicting queued jobs, as `systemctl` does.
+const MODE: &str = "replace";
+
+impl Client {
+    /// Connects to the system bus.
+    pub fn system() -> Result<Self, Error> {
+        Ok(Client {
+            conn: ctx("connect to the system bus", Connection::system())?,
+        })
+    }
+
+    fn manager(&self) -> Result<Proxy<'static>, Error> {
+        ctx(
+            "Manager proxy",
+            Proxy::new(&self.conn, DEST, MANAGER_PATH, MANAGER_IFACE),
+        )
+    }
+
+    /// Opens the signal stream first, then subscribes, so no signal after this call is missed.
+    pub fn events(&self) -> Result<Events, Error> {
+        let rule = ctx(
+            "match rule",
+            zbus::MatchRule::builder()
+                .msg_type(MsgType::Signal)
+                .path_namespace(MANAGER_PATH)
+                .map(|b| b.build()),
+        )?;
+        let iter = ctx(
+            "AddMatch",
+            MessageIterator::for_match_rule(rule, &self.conn, Some(4096)),
+        )?;
+        ctx(
+            "Subscribe",
+            self.manager()?.call::<_, _, ()>("Subscribe", &()),
+        )?;
+        Ok(Events { iter })
+    }
+
+    /// `ListUnitsByPatterns([], [pattern])`: every loaded unit matching, in any state.
+    pub fn list_units(&self, pattern: &str) -> Result<Vec<ListedUnit>, Error> {
+        let rows: Vec<props::ListRow> = ctx(
+            "ListUnitsByPatterns",
+            self.manager()?.call(
+                "ListUnitsByPatterns",
+                &(Vec::<String>::new(), vec![pattern.to_string()]),
+            ),
+        )?;
+        Ok(rows.iter().map(props::listed).collect())
+    }
+
+    fn job(&self, method: &str, unit: &str) -> Result<OwnedObjectPath, Error> {
+        ctx(
+            format!("{method} {unit}"),
+            self.manager()?.call(method, &(unit, MODE)),
+        )
+    }
+
+    pub fn start(&self, unit: &str) -> Result<OwnedObjectPath, Error> {
+        self.job("StartUnit", unit)
+    }
+
+    pub fn stop(&self, unit: &str) -> Result<OwnedObjectPath, Error> {
+        self.job("StopUnit", unit)
+    }
+
+    pub fn restart(&self, unit: &str) -> Result<OwnedObjectPath, Error> {
+        self.job("RestartUnit", unit)
+    }
+
+    pub fn try_restart(&self, unit: &str) -> Result<OwnedObjectPath, Error> {
+        self.job("TryRestartUnit", unit)
+    }
+
+    pub fn reset_failed(&self, unit: &str) -> Result<(), Error> {
+        ctx(
+            format!("ResetFailedUnit {unit}"),
+            self.manager()?
+                .call::<_, _, ()>("ResetFailedUnit", &(unit,)),
+        )
+    }
+
+    /// `daemon-reload`. Returns once systemd has reloaded.
+    pub fn reload(&self) -> Result<(), Error> {
+        ctx("Reload", self.manager()?.call::<_, _, ()>("Reload", &()))
+    }
+
+    /// `FragmentPath` of a unit: empty when it has no unit file.
+    pub fn fragment_path(&self, unit: &str) -> Result<String, Error> {
+        let path = props::unit_path(unit);
+        let p = ctx(
+            format!("Properties proxy {unit}"),
+            Proxy::new(&self.conn, DEST, path, PROPS_IFACE),
+        )?;
+        let v: OwnedValue = ctx(
+            format!("Get FragmentPath {unit}"),
+            p.call("Get", &(UNIT_IFACE, "FragmentPath")),
+        )?;
+        let mut m = HashMap::new();
+        m.insert("FragmentPath".to_string(), v);
+        Ok(props::unit_state(unit, &m, &HashMap::new()).fragment_path)
+    }
+
+    fn get_all(&self, unit: &str, iface: &str) -> Result<HashMap<String, OwnedValue>, Error> {
+        let path = props::unit_path(unit);
+        let p = ctx(
+            format!("Properties proxy {unit}"),
+            Proxy::new(&self.conn, DEST, path, PROPS_IFACE),
+        )?;
+        ctx(
+            format!("GetAll {iface} {unit}"),
+            p.call("GetAll", &(iface,)),
+        )
+    }
+
+    /// The properties of `unit` that status needs. A unit systemd does not know comes back as
+    /// `not-found`/`inactive`, as systemctl shows it.
+    pub fn unit_state(&self, unit: &str) -> Result<UnitState, Error> {
+        let u = self.get_all(unit, UNIT_IFACE)?;
+        let s = if unit.ends_with(".service") {
+            self.get_all(unit, SERVICE_IFACE)?
+        } else {
+            HashMap::new()
+        };
+        Ok(props::unit_state(unit, &u, &s))
+    }
+}
+
+/// The signal stream of a subscribed client. Blocks until the next event.
+pub struct Events {
+    iter: MessageIterator,
+}
+
+impl Iterator for Events {
+    type Item = Result<Event, Error>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            let msg = match self.iter.next()? {
+                Ok(m) => m,
+                Err(e) => return Some(ctx("receive signal", Err(e))),
+            };
+            if let Some(ev) = decode(&msg) {
+                return Some(Ok(ev));
+            }
+        }
+    }
+}
+
+fn decode(msg: &zbus::Message) -> Option<Event> {
+    let h = msg.header();
+    let iface = h.interface()?.as_str();
+    let member = h.member()?.as_str();
+    let body = msg.body();
+    match (iface, member) {
+        (MANAGER_IFACE, "Reloading") => body.deserialize::<bool>().ok().map(Event::Reloading),
+        (MANAGER_IFACE, "JobRemoved") => {
+            let (id, job, unit, result): (u32, OwnedObjectPath, String, String) =
+                body.deserialize().ok()?;
+            Some(Event::JobRemoved {
+                id,
+                job: job.as_str().to_string(),
+                unit,
+                result,
+            })
+        }
+        (PROPS_IFACE, "PropertiesChanged") => {
+            let unit = props::unit_from_path(h.path()?.as_str())?;
+            Some(Event::UnitChanged { unit })
+        }
+        _ => None,
+    }
+}

@@ -1,0 +1,106 @@
+//! What systemd says about a unit, as plain data. The D-Bus client fills these; reconcile and status
+//! read them, so both stay pure and testable without a bus.
+
+/// One row of `ListUnits`/`ListUnitsByPatterns`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ListedUnit {
+    pub name: String,
+    /// `loaded`, `not-found`, `masked`, `error`, ...
+    pub load_state: String,
+    /// `active`, `inactive`, `failed`, `activating`, `deactivating`, `reloading`.
+    pub active_state: String,
+    pub sub_state: String,
+    /// `FragmentPath`, when looked up (ListUnits does not return it). `Some("")` means the unit
+    /// has no file: slices are synthesised as `loaded` even after their file is gone.
+    pub fragment_path: Option<String>,
+}
+
+impl ListedUnit {
+    /// Active in any way that a stop job would change.
+    pub fn is_running(&self) -> bool {
+        matches!(
+            self.active_state.as_str(),
+            "active" | "activating" | "deactivating" | "reloading"
+        )
+    }
+
+    /// The unit file is gone but systemd still tracks the unit.
+    pub fn is_not_found(&self) -> bool {
+        self.load_state == "not-found" || self.fragment_path.as_deref() == Some("")
+    }
+}
+
+/// How the main process last ended (`ExecMainCode`, the `si_code` of its SIGCHLD).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ExitKind {
+    /// Never exited (or never ran).
+    #[default]
+    None,
+    /// Exited; the status is the exit code.
+    Exited,
+    /// Killed by a signal; the status is the signal number.
+    Killed,
+    /// Killed and dumped core.
+    Dumped,
+}
+
+impl ExitKind {
+    /// Maps `CLD_EXITED` (1), `CLD_KILLED` (2), `CLD_DUMPED` (3).
+    pub fn from_code(code: i32) -> Self {
+        match code {
+            1 => ExitKind::Exited,
+            2 => ExitKind::Killed,
+            3 => ExitKind::Dumped,
+            _ => ExitKind::None,
+        }
+    }
+
+    /// The exit code a container runtime would report: the code, or 128 + signal.
+    pub fn exit_code(self, status: i32) -> Option<i32> {
+        match self {
+            ExitKind::None => None,
+            ExitKind::Exited => Some(status),
+            ExitKind::Killed | ExitKind::Dumped => Some(128 + status),
+        }
+    }
+}
+
+/// The properties of one unit (service) that status needs. Timestamps are µs since the epoch,
+/// 0 = never, as systemd reports them.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct UnitState {
+    pub name: String,
+    pub load_state: String,
+    pub active_state: String,
+    pub sub_state: String,
+    /// `Result=`: `success`, `exit-code`, `signal`, `core-dump`, `timeout`, `oom-kill`, ...
+    pub result: String,
+    pub n_restarts: u32,
+    pub exec_main_code: ExitKind,
+    pub exec_main_status: i32,
+    pub exec_main_start_us: u64,
+    pub exec_main_exit_us: u64,
+    pub active_enter_us: u64,
+    pub inactive_enter_us: u64,
+    pub state_change_us: u64,
+    pub main_pid: u32,
+    pub fragment_path: String,
+    /// Hex invocation ID of the current (or last) run; empty if none.
+    pub invocation_id: String,
+    /// A job is queued (`start`, `stop`, ...), empty if none.
+    pub job: String,
+}
+
+impl UnitState {
+    /// The unit as systemd knows it without its file: a unit that was never loaded.
+    pub fn absent(name: &str) -> Self {
+        UnitState {
+            name: name.to_string(),
+            load_state: "not-found".into(),
+            active_state: "inactive".into(),
+            sub_state: "dead".into(),
+            ..Default::default()
+        }
+    }
+}

@@ -1,0 +1,325 @@
+//! podunit-sync, `podunit status` and `podunit logs` on a real systemd (tests/support/nspawn.rs).
+//! Needs root and systemd-nspawn; fails (never skips) without them.
+
+mod support;
+
+use support::nspawn::Machine;
+use support::pods::{Probe, SOON, ctr_unit, known_units, pod_unit, wait_state};
+
+const NS: &str = "default";
+
+/// What podunit-sync.service does, for machines whose packaging/ does not ship it yet.
+const SYNC_STAND_IN: &str = "[Unit]\nDescription=podunit-sync (test stand-in)\nAfter=dbus.service\n\
+[Service]\nType=notify\nExecStart=/usr/bin/podunit-sync\nRestart=always\nRestartSec=1\n";
+
+/// Makes sure podunit-sync runs (as the package's unit, or the stand-in) and is ready.
+fn start_sync(m: &Machine) {
+    if m.read("/usr/lib/systemd/system/podunit-sync.service")
+        .is_none()
+    {
+        m.write(
+            "/etc/systemd/system/podunit-sync.service",
+            SYNC_STAND_IN.as_bytes(),
+        );
+        m.daemon_reload();
+    }
+    m.sh_ok("systemctl start podunit-sync.service");
+    wait_state(m, "podunit-sync.service", &["active"]);
+}
+
+/// How many reconciles podunit-sync has logged in this boot.
+fn reconciles(m: &Machine) -> usize {
+    m.sh_ok("journalctl -b --no-pager -o cat -u podunit-sync.service")
+        .lines()
+        .filter(|l| l.contains("reconciled:"))
+        .count()
+}
+
+/// `daemon-reload`, then wait until podunit-sync has reconciled after it.
+fn reload_and_wait_reconcile(m: &Machine) {
+    let before = reconciles(m);
+    m.daemon_reload();
+    m.wait_for("podunit-sync to reconcile after the reload", SOON, || {
+        (reconciles(m) > before).then_some(())
+    });
+}
+
+fn probe_pod(pod: &str, probe: &str, version: &str) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: {pod}
+spec:
+  terminationGracePeriodSeconds: 10
+  containers:
+  - name: main
+    image: host
+    command: ["/usr/local/bin/probe"]
+    env:
+    - name: PROBE
+      value: {probe}
+    - name: PROBE_THEN
+      value: term-log
+    - name: VERSION
+      value: "{version}"
+"#
+    )
+}
+
+fn failed_podunit_units(m: &Machine) -> String {
+    let out = m.systemctl(&[
+        "list-units",
+        "--failed",
+        "--no-legend",
+        "--plain",
+        "podunit*",
+    ]);
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+#[test]
+fn sync_starts_restarts_and_stops_pods_after_reload_only() {
+    let m = Machine::boot("sync-workflow");
+    start_sync(&m);
+    m.write(
+        "/etc/pods.d/a.yaml",
+        probe_pod("a", "sync-a", "v1").as_bytes(),
+    );
+    m.write(
+        "/etc/pods.d/b.yaml",
+        probe_pod("b", "sync-b", "v1").as_bytes(),
+    );
+    m.daemon_reload();
+
+    let a = Probe::new(&m, "sync-a");
+    let b = Probe::new(&m, "sync-b");
+    a.wait_starts(1);
+    b.wait_starts(1);
+    let b_unit = ctr_unit(NS, "b", "main");
+    wait_state(&m, &b_unit, &["active"]);
+    let b_pid = m.prop(&b_unit, "MainPID");
+
+    // An unrelated reload restarts nothing.
+    reload_and_wait_reconcile(&m);
+    assert_eq!((a.starts(), b.starts()), (1, 1));
+    // Edit a: only a restarts, with its new spec.
+    m.write(
+        "/etc/pods.d/a.yaml",
+        probe_pod("a", "sync-a", "v2").as_bytes(),
+    );
+    m.daemon_reload();
+    m.wait_for("a to run with VERSION=v2", SOON, || {
+        (a.starts() >= 2 && a.env("VERSION").as_deref() == Some(&b"v2"[..])).then_some(())
+    });
+    assert_eq!(a.starts(), 2, "a restarted exactly once");
+    assert_eq!(b.starts(), 1, "b must not restart");
+    assert_eq!(m.prop(&b_unit, "MainPID"), b_pid);
+
+    // Remove a: stopped with SIGTERM, no units left, nothing failed.
+    m.sh_ok("rm /etc/pods.d/a.yaml");
+    m.daemon_reload();
+    m.wait_for("a's units to be gone", SOON, || {
+        known_units(&m, NS, "a").is_empty().then_some(())
+    });
+    assert_eq!(a.text("signals").as_deref(), Some("term\nterm\n"));
+    assert_eq!(failed_podunit_units(&m), "");
+    assert_eq!(b.starts(), 1);
+    assert_eq!(m.prop(&b_unit, "ActiveState"), "active");
+}
+
+#[test]
+fn removed_pod_whose_container_failed_leaves_no_failed_unit() {
+    let m = Machine::boot("sync-failed-leftover");
+    start_sync(&m);
+    let y = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: crash
+spec:
+  restartPolicy: Never
+  containers:
+  - name: main
+    image: host
+    command: ["/bin/sh", "-c", "exit 3"]
+"#;
+    m.write("/etc/pods.d/crash.yaml", y.as_bytes());
+    m.daemon_reload();
+    let unit = ctr_unit(NS, "crash", "main");
+    wait_state(&m, &unit, &["failed"]);
+    m.sh_ok("rm /etc/pods.d/crash.yaml");
+    m.daemon_reload();
+    m.wait_for("crash's units to be gone", SOON, || {
+        known_units(&m, NS, "crash").is_empty().then_some(())
+    });
+    assert_eq!(failed_podunit_units(&m), "");
+}
+
+#[test]
+fn killing_sync_never_touches_pods_and_its_state_survives() {
+    let m = Machine::boot("sync-kill");
+    start_sync(&m);
+    m.write(
+        "/etc/pods.d/k.yaml",
+        probe_pod("k", "sync-k", "v1").as_bytes(),
+    );
+    m.write(
+        "/etc/pods.d/j.yaml",
+        probe_pod("j", "sync-j", "v1").as_bytes(),
+    );
+    m.daemon_reload();
+    let k = Probe::new(&m, "sync-k");
+    let j = Probe::new(&m, "sync-j");
+    k.wait_starts(1);
+    j.wait_starts(1);
+    let unit = ctr_unit(NS, "k", "main");
+    wait_state(&m, &unit, &["active"]);
+    let pid = m.prop(&unit, "MainPID");
+    let state = m
+        .read_string("/var/lib/podunit/sync-state.json")
+        .expect("podunit-sync wrote its state");
+    assert!(state.contains("\"default/k\""), "{state}");
+
+    // SIGKILL: systemd restarts podunit-sync; the pod is neither stopped nor restarted.
+    let old = m.prop("podunit-sync.service", "MainPID");
+    m.sh_ok(&format!("kill -KILL {old}"));
+    m.wait_for("podunit-sync to be restarted", SOON, || {
+        let p = m.prop("podunit-sync.service", "MainPID");
+        (p != old && p != "0" && m.prop("podunit-sync.service", "ActiveState") == "active")
+            .then_some(())
+    });
+    reload_and_wait_reconcile(&m);
+    assert_eq!(m.prop(&unit, "MainPID"), pid);
+    assert_eq!(k.starts(), 1);
+
+    // SIGTERM: a clean exit, and again the pod keeps running.
+    m.sh_ok("systemctl stop podunit-sync.service");
+    assert_eq!(m.prop("podunit-sync.service", "Result"), "success");
+    assert_eq!(m.prop(&unit, "MainPID"), pid);
+    assert_eq!(m.prop(&pod_unit(NS, "k"), "ActiveState"), "active");
+    assert!(k.text("signals").is_none(), "k got no signal");
+
+    // Edited while podunit-sync is down: nothing restarts k until podunit-sync is back, and then
+    // its recorded state (which survived) tells that k changed and j did not.
+    m.write(
+        "/etc/pods.d/k.yaml",
+        probe_pod("k", "sync-k", "v2").as_bytes(),
+    );
+    m.daemon_reload();
+    assert_eq!(k.starts(), 1);
+    start_sync(&m);
+    m.wait_for("k to run with VERSION=v2", SOON, || {
+        (k.starts() >= 2 && k.env("VERSION").as_deref() == Some(&b"v2"[..])).then_some(())
+    });
+    assert_eq!(j.starts(), 1, "j is unchanged and must not restart");
+}
+
+#[test]
+fn spool_pods_not_rendered_yet_trigger_a_reload_at_start() {
+    let m = Machine::boot("sync-spool");
+    // As at boot with a late /var: a spool manifest the generator has not seen.
+    m.write(
+        "/var/lib/podunit/spool/s.yaml",
+        probe_pod("s", "sync-s", "v1").as_bytes(),
+    );
+    assert!(known_units(&m, NS, "s").is_empty());
+    start_sync(&m);
+    Probe::new(&m, "sync-s").wait_starts(1);
+    wait_state(&m, &pod_unit(NS, "s"), &["active"]);
+}
+
+#[test]
+fn status_and_logs_of_a_running_pod() {
+    let m = Machine::boot("sync-status");
+    start_sync(&m);
+    let y = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: web
+spec:
+  initContainers:
+  - name: setup
+    image: host
+    command: ["/bin/sh", "-c", "echo setting-up"]
+  containers:
+  - name: app
+    image: host
+    command: ["/bin/sh", "-c", "echo hello-from-app; exec sleep infinity"]
+  - name: flaky
+    image: host
+    command: ["/bin/sh", "-c", "echo run-$(cat /proc/sys/kernel/random/uuid); sleep 1; exit 1"]
+"#;
+    m.write("/etc/pods.d/web.yaml", y.as_bytes());
+    m.daemon_reload();
+    wait_state(&m, &ctr_unit(NS, "web", "app"), &["active"]);
+    m.wait_for("flaky to have restarted", SOON, || {
+        let n: u32 = m
+            .prop(&ctr_unit(NS, "web", "flaky"), "NRestarts")
+            .parse()
+            .unwrap_or(0);
+        (n >= 1).then_some(())
+    });
+
+    let table = m.sh_ok("podunit status");
+    let header = table.lines().next().unwrap_or_default();
+    assert!(
+        header.split_whitespace().collect::<Vec<_>>()
+            == [
+                "NAMESPACE",
+                "NAME",
+                "READY",
+                "STATUS",
+                "RESTARTS",
+                "AGE",
+                "SOURCE"
+            ],
+        "{table}"
+    );
+    let row: Vec<&str> = table
+        .lines()
+        .find(|l| l.split_whitespace().nth(1) == Some("web"))
+        .unwrap_or_else(|| panic!("no web row in\n{table}"))
+        .split_whitespace()
+        .collect();
+    assert_eq!(row[0], "default");
+    assert!(row[2] == "1/2" || row[2] == "2/2", "{table}");
+    assert!(row[4].parse::<u32>().unwrap() >= 1, "{table}");
+    assert_eq!(row[6], "etc");
+
+    let json = m.sh_ok("podunit status -o json");
+    let v: serde_json::Value = serde_json::from_str(&json).expect("status json");
+    let web = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "web")
+        .expect("web in json");
+    assert_eq!(web["phase"], "Running");
+    assert_eq!(
+        web["initContainerStatuses"][0]["state"]["terminated"]["exitCode"],
+        0
+    );
+    let app = &web["containerStatuses"][0];
+    assert_eq!(app["name"], "app");
+    assert!(app["state"]["running"]["startedAt"].is_string(), "{app}");
+    assert_eq!(app["ready"], true);
+
+    let detail = m.sh_ok("podunit status default/web");
+    assert!(detail.contains("hello-from-app"), "{detail}");
+    assert!(detail.contains("setting-up"), "{detail}");
+    assert!(detail.contains("CONTAINER"), "{detail}");
+
+    let logs = m.sh_ok("podunit logs web -c app");
+    assert_eq!(logs.trim(), "hello-from-app");
+    let current = m.sh_ok("podunit logs web -c flaky");
+    let prev = m.sh_ok("podunit logs web -c flaky --previous");
+    let prev_lines: Vec<&str> = prev.lines().collect();
+    assert_eq!(prev_lines.len(), 1, "one line per run: {prev}");
+    assert!(prev_lines[0].starts_with("run-"));
+    assert!(
+        current.contains(prev_lines[0]),
+        "previous run is in the full log"
+    );
+    let bad = m.sh("podunit logs web -c nope");
+    assert!(!bad.status.success());
+}
