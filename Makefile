@@ -10,8 +10,11 @@ all: build
 build:
 	$(CARGO) build --workspace
 
+# Two builds, so the generator's copy of the library is compiled without the `cli` feature (a
+# workspace-wide build would unify features and link CLI code into the generator).
 release:
-	$(CARGO) build --workspace --release
+	$(CARGO) build --release -p podunit --bins
+	$(CARGO) build --release -p podunit-generator
 
 lint:
 	$(CARGO) fmt --all -- --check
@@ -21,7 +24,7 @@ fmt:
 	$(CARGO) fmt --all
 
 # Unit, golden and round-trip tests, then the real-systemd suite (needs root, systemd-nspawn, debootstrap).
-test: lint test-unit test-e2e
+test: lint test-unit test-e2e test-packaging
 
 test-unit:
 	$(CARGO) test --workspace
@@ -37,10 +40,67 @@ rootfs:
 # Real systemd end to end: each test boots its own nspawn machine. E2E_JOBS machines at a time.
 E2E_JOBS ?= 3
 test-e2e: rootfs
-	$(CARGO) test --test e2e --test sync_e2e -- --test-threads=$(E2E_JOBS)
+	$(CARGO) test --no-fail-fast --test e2e --test sync_e2e --test sandbox_e2e -- --test-threads=$(E2E_JOBS)
 
 # Boots a throwaway systemd machine, installs this build, runs examples/*.yaml, shows status and logs.
 demo: rootfs
 	$(CARGO) build -p podunit --bins
 	$(CARGO) build -p podunit-generator
 	tests/e2e/demo.sh
+
+# --- Packages and source installs (packaging/files.tsv lists every installed file) -------------
+VERSION := $(shell sed -n 's/^version = "\([^"]*\)"/\1/p' Cargo.toml | head -n 1)
+STAGE := target/packaging
+PKGDIR := target/packages
+MANPAGES := podunit.1 pods.d.5 podunit-sync.8 podunit-generator.8
+
+.PHONY: stage packages test-packaging
+
+# Files made from the built binaries and the sources: compressed man pages, completions, changelog.
+stage: release
+	rm -rf $(STAGE) && mkdir -p $(STAGE)/man $(STAGE)/completions
+	for m in $(MANPAGES); do \
+	  sed 's/^\(\.TH [^ ]* [0-9] ""\) "podunit"/\1 "podunit $(VERSION)"/' packaging/man/$$m \
+	    | gzip -9n > $(STAGE)/man/$$m.gz; done
+	target/release/podunit completions bash > $(STAGE)/completions/podunit.bash
+	target/release/podunit completions zsh > $(STAGE)/completions/_podunit
+	target/release/podunit completions fish > $(STAGE)/completions/podunit.fish
+	packaging/changelog.sh $(VERSION) > $(STAGE)/changelog
+
+deb: stage
+	mkdir -p $(PKGDIR)
+	$(CARGO) deb -p podunit --no-build --no-strip -o $(PKGDIR)/podunit_$(VERSION)-1_$(shell dpkg --print-architecture).deb
+
+rpm: stage
+	mkdir -p $(PKGDIR)
+	$(CARGO) generate-rpm -p . -o $(PKGDIR)/podunit-$(VERSION)-1.$(shell uname -m).rpm
+
+# One release build, both packages.
+packages: deb rpm
+
+# Checks the built packages, `make install` and the .deb on a booted systemd (root, nspawn).
+test-packaging: packages
+	$(CARGO) test --test packaging --test packaging_e2e
+
+install:
+	DESTDIR="$(DESTDIR)" PREFIX="$(PREFIX)" packaging/install.sh install
+
+uninstall:
+	DESTDIR="$(DESTDIR)" PREFIX="$(PREFIX)" packaging/install.sh uninstall
+
+# Benchmarks (never timed tests). Reload-to-running on a real systemd: needs root and systemd-nspawn.
+bench: bench-reload
+
+bench-reload: rootfs
+	$(CARGO) test --release --test bench_reload
+
+# Fuzzing, separate from `make test`: runs every target under fuzz/ for FUZZ_TIME seconds each.
+# cargo-fuzz needs a nightly toolchain (sanitizers); without one, use the stable toolchain with
+# `RUSTC_BOOTSTRAP=1 make fuzz FUZZ_TOOLCHAIN=` (RUSTC_BOOTSTRAP unlocks nightly flags on stable).
+FUZZ_TIME ?= 60
+FUZZ_TOOLCHAIN ?= +nightly
+fuzz:
+	command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz --locked
+	set -e; for t in $$($(CARGO) $(FUZZ_TOOLCHAIN) fuzz list); do \
+	  $(CARGO) $(FUZZ_TOOLCHAIN) fuzz run $$t -- -max_total_time=$(FUZZ_TIME); \
+	done

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 pub mod check;
 pub mod cluster;
+pub mod completions;
 pub mod logs;
 pub mod prepare;
 pub mod status;
@@ -40,6 +41,9 @@ pub enum Command {
     /// Remove a pod's runtime files (run by the pod's unit).
     #[command(hide = true)]
     PodCleanup(prepare::Args),
+    /// Print a shell completion script (the packages install them).
+    #[command(hide = true)]
+    Completions(completions::Args),
 }
 
 pub fn main() -> ExitCode {
@@ -61,5 +65,6 @@ pub fn main() -> ExitCode {
         Command::PodCleanup(a) => prepare::cleanup(a),
         Command::Status(a) => status::run(a),
         Command::Logs(a) => logs::run(a),
+        Command::Completions(a) => completions::run(a),
     }
 }

@@ -1,0 +1,225 @@
+//! The packaging sources agree with each other, without building anything: packaging/files.tsv,
+//! the cargo-deb and cargo-generate-rpm metadata in Cargo.toml, the unit files, tmpfiles.d and the
+//! library's idea of the host paths. (tests/packaging.rs checks the built packages.)
+
+mod pkg;
+
+use pkg::{Entry, manifest, repo};
+use podunit::paths::Paths;
+use std::collections::BTreeSet;
+use std::process::Command;
+
+fn metadata() -> serde_json::Value {
+    let out = pkg::run_ok(Command::new(env!("CARGO")).current_dir(repo()).args([
+        "metadata",
+        "--format-version",
+        "1",
+        "--no-deps",
+        "--offline",
+    ]));
+    let all: serde_json::Value = serde_json::from_slice(&out.stdout).expect("cargo metadata json");
+    all["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "podunit")
+        .expect("package podunit")["metadata"]
+        .clone()
+}
+
+fn read(rel: &str) -> String {
+    std::fs::read_to_string(repo().join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
+}
+
+#[test]
+fn every_source_exists() {
+    for e in manifest() {
+        let Some(src) = &e.source else { continue };
+        if src.starts_with("target/") {
+            continue; // built by `make release stage`
+        }
+        assert!(
+            repo().join(src).is_file(),
+            "{}: source {src} missing",
+            e.path
+        );
+    }
+}
+
+#[test]
+fn every_shipped_source_file_is_listed() {
+    let listed: BTreeSet<String> = manifest().into_iter().filter_map(|e| e.source).collect();
+    for dir in ["examples", "packaging/systemd", "packaging/tmpfiles.d"] {
+        for f in std::fs::read_dir(repo().join(dir)).unwrap() {
+            let rel = format!("{dir}/{}", f.unwrap().file_name().to_string_lossy());
+            assert!(listed.contains(&rel), "{rel} is not in packaging/files.tsv");
+        }
+    }
+    for f in std::fs::read_dir(repo().join("packaging/man")).unwrap() {
+        let name = f.unwrap().file_name().to_string_lossy().into_owned();
+        let staged = format!("target/packaging/man/{name}.gz");
+        assert!(
+            listed.contains(&staged),
+            "man page {name} is not in packaging/files.tsv"
+        );
+    }
+}
+
+#[test]
+fn deb_metadata_matches_manifest() {
+    let md = metadata();
+    let assets = md["deb"]["assets"].as_array().expect("deb assets");
+    let got: BTreeSet<(String, String, u32)> = assets
+        .iter()
+        .map(|a| {
+            let a = a.as_array().expect("[source, dest, mode]");
+            (
+                a[0].as_str().unwrap().to_string(),
+                a[1].as_str().unwrap().to_string(),
+                u32::from_str_radix(a[2].as_str().unwrap(), 8).unwrap(),
+            )
+        })
+        .collect();
+    let want: BTreeSet<(String, String, u32)> = manifest()
+        .into_iter()
+        .filter(|e| e.in_deb() && !e.generated() && !e.is_dir())
+        .map(|e| (e.source.clone().unwrap(), e.path.clone(), e.mode))
+        .collect();
+    assert_eq!(
+        got, want,
+        "[package.metadata.deb] assets differ from packaging/files.tsv"
+    );
+    let scripts = md["deb"]["maintainer-scripts"].as_str().unwrap();
+    for s in ["postinst", "prerm", "postrm"] {
+        assert!(
+            repo().join(scripts).join(s).is_file(),
+            "{scripts}{s} missing"
+        );
+    }
+}
+
+#[test]
+fn rpm_metadata_matches_manifest() {
+    let md = metadata();
+    let assets = md["generate-rpm"]["assets"].as_array().expect("rpm assets");
+    let key = |src: Option<&str>, dest: &str, mode: u32, conf: bool, dir: bool| {
+        (src.map(str::to_string), dest.to_string(), mode, conf, dir)
+    };
+    let got: BTreeSet<_> = assets
+        .iter()
+        .map(|a| {
+            let dir = a["dir"].as_bool().unwrap_or(false);
+            let conf = match &a["config"] {
+                serde_json::Value::Null => false,
+                serde_json::Value::String(s) if s == "noreplace" => true,
+                other => panic!("{}: config = {other}: want \"noreplace\"", a["dest"]),
+            };
+            key(
+                if dir { None } else { a["source"].as_str() },
+                a["dest"].as_str().unwrap(),
+                u32::from_str_radix(a["mode"].as_str().unwrap(), 8).unwrap(),
+                conf,
+                dir,
+            )
+        })
+        .collect();
+    let want: BTreeSet<_> = manifest()
+        .iter()
+        .filter(|e| e.in_rpm())
+        .map(|e: &Entry| {
+            key(
+                e.source.as_deref(),
+                &e.path,
+                e.mode,
+                e.is_conf(),
+                e.is_dir(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got, want,
+        "[package.metadata.generate-rpm] assets differ from packaging/files.tsv"
+    );
+    for s in [
+        "post_install_script",
+        "pre_uninstall_script",
+        "post_uninstall_script",
+    ] {
+        let f = md["generate-rpm"][s]
+            .as_str()
+            .unwrap_or_else(|| panic!("{s} not set"));
+        assert!(repo().join(f).is_file(), "{s}: {f} missing");
+    }
+}
+
+#[test]
+fn tmpfiles_creates_the_library_paths_with_their_modes() {
+    let conf = read("packaging/tmpfiles.d/podunit.conf");
+    let lines: BTreeSet<(String, String, String)> = conf
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|l| {
+            let c: Vec<&str> = l.split_whitespace().collect();
+            assert_eq!(c.len(), 6, "tmpfiles line {l:?}");
+            assert_eq!((c[3], c[4], c[5]), ("root", "root", "-"), "{l:?}");
+            (c[0].to_string(), c[1].to_string(), c[2].to_string())
+        })
+        .collect();
+    let d = |p: &str, m: &str| ("d".to_string(), p.to_string(), m.to_string());
+    for want in [
+        d("/var/lib/podunit", "0700"),
+        d(Paths::SPOOL, "0700"),
+        d(Paths::STATE, "0700"),
+        d("/run/podunit", "0700"),
+        d(Paths::RUNTIME, "0700"),
+        d(Paths::RUN_PODS, "0755"),
+        d(Paths::ETC_PODS, "0755"),
+    ] {
+        assert!(
+            lines.contains(&want),
+            "tmpfiles.d/podunit.conf lacks {want:?}"
+        );
+    }
+}
+
+#[test]
+fn units_name_the_installed_binaries() {
+    let files: BTreeSet<String> = manifest().into_iter().map(|e| e.path).collect();
+    assert!(
+        files.contains(Paths::PODUNIT_BIN),
+        "generated units call {}",
+        Paths::PODUNIT_BIN
+    );
+    let sync = read("packaging/systemd/podunit-sync.service");
+    let exec: Vec<&str> = sync
+        .lines()
+        .filter(|l| l.starts_with("ExecStart="))
+        .collect();
+    assert_eq!(exec, ["ExecStart=/usr/bin/podunit-sync"]);
+    assert!(files.contains("/usr/bin/podunit-sync"));
+    for want in [
+        "Type=notify",
+        "Restart=always",
+        "WantedBy=multi-user.target",
+    ] {
+        assert!(
+            sync.lines().any(|l| l == want),
+            "podunit-sync.service lacks {want}"
+        );
+    }
+    let target = read("packaging/systemd/podunit.target");
+    assert!(target.lines().any(|l| l == "WantedBy=multi-user.target"));
+    // Pods must survive the reconciler: nothing ties podunit.target to it.
+    for unit in [&target, &read("packaging/systemd/podunit.slice")] {
+        assert!(
+            !unit.contains("podunit-sync"),
+            "a pod-side unit refers to podunit-sync:\n{unit}"
+        );
+    }
+    let preset = read("packaging/systemd/50-podunit.preset");
+    let rules: Vec<&str> = preset.lines().filter(|l| !l.starts_with('#')).collect();
+    assert_eq!(
+        rules,
+        ["enable podunit.target", "enable podunit-sync.service"]
+    );
+}
