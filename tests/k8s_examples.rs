@@ -131,10 +131,10 @@ const CASES: &[Case] = &[
     Case { file: "resource/pod-level-resources.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
     Case { file: "resource/pod-resize.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
     Case { file: "restart-policy/restart-all-containers.yaml", fresh: Refused(&[UNKNOWN_FIELD]), with_images: Refused(&[UNKNOWN_FIELD]), why: "`restartPolicyRules` is newer than the Kubernetes API podunit is built for (1.33)" },
-    Case { file: "security/apparmor/default-pod.yaml", fresh: Refused(&[NO_IMAGE]), with_images: Renders, why: "the image is not in the local image store (podunit does not pull images yet); with it, the pod renders but `appArmorProfile` is dropped without a warning" },
-    Case { file: "security/apparmor/hello-apparmor.yaml", fresh: Refused(&[NO_IMAGE]), with_images: Renders, why: "the image is not in the local image store (podunit does not pull images yet); with it, the pod renders but `appArmorProfile` is dropped without a warning" },
-    Case { file: "security/hello-apparmor-2.yaml", fresh: Refused(&[NO_IMAGE]), with_images: Renders, why: "the image is not in the local image store (podunit does not pull images yet); with it, the pod renders but `appArmorProfile` is dropped without a warning" },
-    Case { file: "security/hello-apparmor.yaml", fresh: Refused(&[NO_IMAGE]), with_images: Renders, why: "the image is not in the local image store (podunit does not pull images yet); with it, the pod renders but `appArmorProfile` is dropped without a warning" },
+    Case { file: "security/apparmor/default-pod.yaml", fresh: Refused(&[NO_IMAGE]), with_images: Renders, why: "the image is not in the local image store (podunit does not pull images yet); with it, the pod renders with a warning: `appArmorProfile` is ignored" },
+    Case { file: "security/apparmor/hello-apparmor.yaml", fresh: Refused(&[NO_IMAGE]), with_images: Renders, why: "the image is not in the local image store (podunit does not pull images yet); with it, the pod renders with a warning: `appArmorProfile` is ignored" },
+    Case { file: "security/hello-apparmor-2.yaml", fresh: Refused(&[NO_IMAGE]), with_images: Renders, why: "the image is not in the local image store (podunit does not pull images yet); with it, the pod renders with a warning: `appArmorProfile` is ignored" },
+    Case { file: "security/hello-apparmor.yaml", fresh: Refused(&[NO_IMAGE]), with_images: Renders, why: "the image is not in the local image store (podunit does not pull images yet); with it, the pod renders, and its AppArmor annotation (`container.apparmor.security.beta.kubernetes.io/hello`) is ignored without a warning" },
     Case { file: "security/seccomp/alpha/audit-pod.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
     Case { file: "security/seccomp/alpha/default-pod.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
     Case { file: "security/seccomp/alpha/fine-pod.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
@@ -149,7 +149,7 @@ const CASES: &[Case] = &[
     Case { file: "security/security-context-3.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
     Case { file: "security/security-context-4.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
     Case { file: "security/security-context-5.yaml", fresh: Refused(&[NO_IMAGE]), with_images: Renders, why: WHY_IMAGE },
-    Case { file: "security/security-context-6.yaml", fresh: Refused(&[NO_IMAGE]), with_images: Renders, why: "the image is not in the local image store (podunit does not pull images yet); with it, the pod renders but `supplementalGroupsPolicy` is dropped without a warning" },
+    Case { file: "security/security-context-6.yaml", fresh: Refused(&[NO_IMAGE]), with_images: Renders, why: "the image is not in the local image store (podunit does not pull images yet); with it, the pod renders with a warning: `supplementalGroupsPolicy: Strict` is not honoured" },
     Case { file: "security/security-context-7.yaml", fresh: Refused(&[UNKNOWN_FIELD]), with_images: Refused(&[UNKNOWN_FIELD]), why: "`securityContext.cgroupOptions` is not in the Kubernetes API podunit is built for (1.33)" },
     Case { file: "security/security-context.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
     Case { file: "share-process-namespace.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
@@ -172,7 +172,7 @@ const CASES: &[Case] = &[
     Case { file: "topology-spread-constraints/one-constraint.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
     Case { file: "topology-spread-constraints/two-constraints.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
     Case { file: "two-container-pod.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
-    Case { file: "user-namespaces-stateless.yaml", fresh: Refused(&[NO_IMAGE]), with_images: Renders, why: "the image is not in the local image store (podunit does not pull images yet); with it, the pod renders but `hostUsers: false` (a user namespace) is dropped without a warning" },
+    Case { file: "user-namespaces-stateless.yaml", fresh: Refused(&[NO_IMAGE]), with_images: Renders, why: "the image is not in the local image store (podunit does not pull images yet); with it, the pod renders with a warning: `hostUsers: false` is ignored (no user namespaces)" },
 ];
 
 fn examples_dir() -> PathBuf {
