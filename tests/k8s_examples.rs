@@ -65,7 +65,7 @@ const CASES: &[Case] = &[
     Case { file: "inject/dapi-volume.yaml", fresh: Refused(&[NO_IMAGE]), with_images: Renders, why: WHY_IMAGE },
     Case { file: "inject/dependent-envars.yaml", fresh: Refused(&[NO_IMAGE]), with_images: Renders, why: WHY_IMAGE },
     Case { file: "inject/envFrom.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
-    Case { file: "inject/envars-file-container.yaml", fresh: Refused(&[BAD_YAML]), with_images: Refused(&[BAD_YAML]), why: "not valid YAML 1.2: `\\'` is not an escape in a double-quoted scalar (the example also uses `fileKeyRef`, newer than the 1.33 API)" },
+    Case { file: "inject/envars-file-container.yaml", fresh: Refused(&[BAD_YAML]), with_images: Refused(&[BAD_YAML]), why: "`\\'` in a double-quoted scalar is not a YAML 1.2 escape, so serde-saphyr refuses the file; go-yaml, which kubectl uses, accepts it (a compatibility gap). The example also uses `fileKeyRef`, newer than the 1.33 API" },
     Case { file: "inject/envars.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
     Case { file: "inject/pod-multiple-secret-env-variable.yaml", fresh: Refused(&[BAD_YAML]), with_images: Refused(&[BAD_YAML]), why: "not valid YAML: a tab indents line 15 (and `env` would be a duplicate key)" },
     Case { file: "inject/pod-secret-envFrom.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
