@@ -105,6 +105,7 @@ pub fn prepare(
     catalog: &Catalog,
     node_ip: &str,
 ) -> Result<(), PrepareError> {
+    check_dirs(plan)?;
     let state = paths.host(&plan.state_dir);
     let runtime = paths.host(&plan.runtime_dir);
     mkdir(&state, 0o700)?;
@@ -119,6 +120,26 @@ pub fn prepare(
     for f in &plan.env_files {
         let text = env_file(plan, catalog, f, node_ip)?;
         write_file(&paths.host(&f.path), text.as_bytes(), 0, 0, 0o600)?;
+    }
+    Ok(())
+}
+
+/// A plan is the generator's output, but a tampered or stale one must still never make
+/// `remove_dir_all` or `mkdir` reach outside podunit's own directories.
+fn check_dirs(plan: &PodPlan) -> Result<(), PrepareError> {
+    let uid_ok = !plan.uid.is_empty()
+        && plan
+            .uid
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-');
+    let expected = (
+        format!("{}/{}", Paths::STATE, plan.uid),
+        format!("{}/{}", Paths::RUNTIME, plan.uid),
+    );
+    if !uid_ok || (plan.state_dir.clone(), plan.runtime_dir.clone()) != expected {
+        return Err(PrepareError::Escapes {
+            path: plan.runtime_dir.clone(),
+        });
     }
     Ok(())
 }
@@ -183,6 +204,7 @@ fn write_record(
 /// Removes the pod's runtime files (secrets and env files). Persistent state stays until the pod is
 /// deleted, as the kubelet keeps emptyDir across container restarts and reboots.
 pub fn cleanup(plan: &PodPlan, paths: &Paths) -> Result<(), PrepareError> {
+    check_dirs(plan)?;
     let runtime = paths.host(&plan.runtime_dir);
     match fs::remove_dir_all(&runtime) {
         Ok(()) => Ok(()),

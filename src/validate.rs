@@ -69,6 +69,18 @@ pub fn validate(entry: &PodEntry) -> Vec<Problem> {
         ),
         _ => {}
     }
+    // The UID names the pod's directories (/var/lib/podunit/pods/<uid>, /run/podunit/pods/<uid>):
+    // a UUID's characters only, so it can never be `..` or hold a `/`.
+    let uid = entry.uid();
+    if uid.is_empty()
+        || uid.len() > 128
+        || !uid.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+    {
+        c.err(
+            &meta.field("uid"),
+            format!("{uid:?} is not a UID (letters, digits and '-', as in a UUID)"),
+        );
+    }
     let ns = entry.namespace();
     if !is_dns1123_label(ns) {
         c.err(
@@ -143,6 +155,17 @@ pub fn validate(entry: &PodEntry) -> Vec<Problem> {
         check_resources(&mut c, r, &sp.field("resources"));
     }
     check_not_honoured(&mut c, spec, &sp);
+    for key in pod.metadata.annotations.iter().flatten().map(|(k, _)| k) {
+        if key.starts_with("container.apparmor.security.beta.kubernetes.io/")
+            || key.starts_with("seccomp.security.alpha.kubernetes.io/")
+            || key.starts_with("container.seccomp.security.alpha.kubernetes.io/")
+        {
+            c.warn(
+                &meta.field("annotations").key(key),
+                "ignored: use securityContext (seccompProfile; AppArmor is not supported)",
+            );
+        }
+    }
     c.out
 }
 

@@ -170,6 +170,18 @@ fn names_that_are_not_dns_1123() {
 }
 
 #[test]
+fn a_uid_that_would_name_another_directory() {
+    // (An empty uid is replaced by one derived from the file, as for every static pod.)
+    for uid in ["../../..", ".", "a/b", "x y"] {
+        refused(
+            "uid.yaml",
+            format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: a, uid: {uid:?}}}\nspec:\n{C}"),
+            &["uid.yaml: default/a: metadata.uid: ", "is not a UID"],
+        );
+    }
+}
+
+#[test]
 fn volumes_and_paths_that_would_escape() {
     let spec = "  containers:\n  - name: c\n    image: host\n    command: [/bin/true]\n    volumeMounts:\n    - {name: v, mountPath: relative/path}\n    - {name: v, mountPath: /a/../etc}\n    - {name: v, mountPath: /x, subPath: ../../etc}\n    - {name: v, mountPath: /y, subPath: /etc}\n    - {name: \"..\", mountPath: /z}\n  volumes:\n  - {name: v, emptyDir: {}}\n  - {name: \"..\", emptyDir: {}}\n  - {name: h, hostPath: {path: /srv/../etc}}\n  - {name: r, hostPath: {path: relative}}\n  - {name: s, secret: {secretName: s, items: [{key: k, path: ../../escape}]}}\n";
     refused(
