@@ -40,7 +40,7 @@ rootfs:
 # Real systemd end to end: each test boots its own nspawn machine. E2E_JOBS machines at a time.
 E2E_JOBS ?= 3
 test-e2e: rootfs
-	$(CARGO) test --test e2e --test sync_e2e -- --test-threads=$(E2E_JOBS)
+	$(CARGO) test --no-fail-fast --test e2e --test sync_e2e --test sandbox_e2e -- --test-threads=$(E2E_JOBS)
 
 # Boots a throwaway systemd machine, installs this build, runs examples/*.yaml, shows status and logs.
 demo: rootfs
@@ -87,6 +87,12 @@ install:
 
 uninstall:
 	DESTDIR="$(DESTDIR)" PREFIX="$(PREFIX)" packaging/install.sh uninstall
+
+# Benchmarks (never timed tests). Reload-to-running on a real systemd: needs root and systemd-nspawn.
+bench: bench-reload
+
+bench-reload: rootfs
+	$(CARGO) test --release --test bench_reload
 
 # Fuzzing, separate from `make test`: runs every target under fuzz/ for FUZZ_TIME seconds each.
 # cargo-fuzz needs a nightly toolchain (sanitizers); without one, use the stable toolchain with

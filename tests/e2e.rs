@@ -549,13 +549,13 @@ spec:
         "ea",
         r#"  - name: writer
     image: host
-    command: ["/bin/sh", "-c", "echo from-ea > /data/f && exec sleep infinity"]
+    command: ["/bin/sh", "-c", "echo from-ea > /data/f.tmp && mv /data/f.tmp /data/f && exec sleep infinity"]
     volumeMounts:
     - name: data
       mountPath: /data
   - name: reader
     image: host
-    command: ["/bin/sh", "-c", "while [ ! -e /data/f ]; do sleep 0.2; done; cp /data/f /srv/probe/ea-read; exec sleep infinity"]
+    command: ["/bin/sh", "-c", "while [ ! -e /data/f ]; do sleep 0.2; done; cp /data/f /srv/probe/ea-read.tmp && mv /srv/probe/ea-read.tmp /srv/probe/ea-read; exec sleep infinity"]
     volumeMounts:
     - name: data
       mountPath: /data
@@ -735,7 +735,8 @@ spec:
     - |
       for d in /rw /ro /hro /cfg; do
         if touch "$d/new" 2>/dev/null; then echo "$d writable"; else echo "$d read-only"; fi
-      done > /srv/probe/ro-result
+      done > /srv/probe/ro-result.tmp
+      mv /srv/probe/ro-result.tmp /srv/probe/ro-result
     volumeMounts:
     - name: data
       mountPath: /rw
@@ -803,7 +804,8 @@ spec:
     - /bin/sh
     - -c
     - |
-      { ls -A /only; cat /only/file; ls -A /hp-inner; cat /hp-inner/f; cat /etc/sub-app.conf; } > /srv/probe/sub-result
+      { ls -A /only; cat /only/file; ls -A /hp-inner; cat /hp-inner/f; cat /etc/sub-app.conf; } > /srv/probe/sub-result.tmp
+      mv /srv/probe/sub-result.tmp /srv/probe/sub-result
     volumeMounts:
     - name: data
       mountPath: /only
@@ -1228,5 +1230,30 @@ spec:
                 .any(|l| l == "journal-line-from-jr")
                 .then_some(())
         },
+    );
+}
+
+#[test]
+fn broken_manifest_at_boot_is_explained_in_that_boots_journal() {
+    let mut m = Machine::boot("broken-at-boot");
+    m.write(
+        "/etc/pods.d/good.yaml",
+        probe_pod("good", "boot-good", "sleep", "", "").as_bytes(),
+    );
+    m.write(
+        "/etc/pods.d/bad.yaml",
+        b"apiVersion: v1\nkind: Pod\nmetadata:\n  name: bad\nspec:\n  containers:\n  - name: Bad_Name\n    image: host\n    command: [\"/bin/true\"]\n",
+    );
+    // No reload: the generator first sees these manifests at boot, before journald runs.
+    m.reboot();
+    Probe::new(&m, "boot-good").wait_starts(1);
+    let journal = m.sh_ok("journalctl -b --no-pager -o cat");
+
+    assert!(
+        journal
+            .lines()
+            .any(|l| l.contains("bad.yaml") && l.contains("containers[0].name")),
+        "this boot's journal says why bad.yaml was skipped:\n{}",
+        m.diagnostics()
     );
 }

@@ -1,7 +1,5 @@
-//! The .deb on a booted Debian (the real-systemd harness): installed with dpkg, a manifest in
-//! /etc/pods.d runs after `systemctl daemon-reload`, an upgrade leaves running pods alone,
-//! `apt-get remove` stops pods and removes their units, a reinstall brings them back, purge cleans
-//! state but keeps the manifests. Run by `make test-packaging` (needs the built .deb, root, nspawn).
+//! The .deb on a booted Debian (the real-systemd harness), installed with dpkg. Run by
+//! `make test-packaging` (needs the built .deb, root, nspawn).
 
 mod pkg;
 mod support;
@@ -50,16 +48,16 @@ fn pod_units(m: &Machine) -> String {
     ))
 }
 
-#[test]
-fn deb_install_run_upgrade_remove_reinstall_purge() {
+/// Boots a bare machine and installs the .deb with dpkg; checks what the install set up.
+fn install(name: &str) -> Machine {
     let deb = std::fs::read(pkg::deb()).expect("read the .deb");
-    let m = Machine::boot_bare("pkg-deb");
+    let m = Machine::boot_bare(name);
     m.write("/root/podunit.deb", &deb);
-    let pod = pod_unit(NS, POD);
-    let ctr = ctr_unit(NS, POD, CTR);
-
-    // Install.
     m.sh_ok("dpkg -i /root/podunit.deb");
+    m
+}
+
+fn assert_installed(m: &Machine) {
     for unit in ["podunit.target", "podunit-sync.service"] {
         let enabled = m.systemctl(&["is-enabled", unit]);
         assert_eq!(
@@ -69,7 +67,7 @@ fn deb_install_run_upgrade_remove_reinstall_purge() {
             m.diagnostics()
         );
     }
-    wait_state(&m, "podunit.target", "active");
+    wait_state(m, "podunit.target", "active");
     for (path, want) in [
         ("/var/lib/podunit", "700 root:root"),
         ("/var/lib/podunit/spool", "700 root:root"),
@@ -78,12 +76,20 @@ fn deb_install_run_upgrade_remove_reinstall_purge() {
         ("/run/pods.d", "755 root:root"),
         ("/etc/pods.d", "755 root:root"),
         ("/etc/podunit/config.yaml", "644 root:root"),
+        ("/usr/share/man/man1/podunit.1.gz", "644 root:root"),
     ] {
-        assert_eq!(stat(&m, path).as_deref(), Some(want), "{path}");
+        assert_eq!(stat(m, path).as_deref(), Some(want), "{path}");
     }
-    m.sh_ok("test -f /usr/share/man/man1/podunit.1.gz");
+}
 
-    // The user's workflow: drop a manifest, reload, the pod runs.
+/// The user's workflow on an installed package: drop a manifest, reload, the pod runs; an upgrade
+/// does not restart it. (Starting pods after a reload is podunit-sync's job.)
+#[test]
+fn deb_manifest_runs_after_reload_and_survives_upgrade() {
+    let m = install("pkg-workflow");
+    assert_installed(&m);
+    let ctr = ctr_unit(NS, POD, CTR);
+
     m.write("/etc/pods.d/pkgtest.yaml", MANIFEST.as_bytes());
     m.daemon_reload();
     wait_state(&m, &ctr, "active");
@@ -98,6 +104,23 @@ fn deb_install_run_upgrade_remove_reinstall_purge() {
         before,
         "the upgrade restarted the pod"
     );
+}
+
+/// Installing with a manifest already in place starts its pod (podunit.target); `apt-get remove`
+/// stops it and removes its units, keeping manifests and state; a reinstall brings it back;
+/// purge removes podunit's state and configuration but never the manifests.
+#[test]
+fn deb_install_remove_reinstall_purge() {
+    let deb = std::fs::read(pkg::deb()).expect("read the .deb");
+    let m = Machine::boot_bare("pkg-lifecycle");
+    m.write("/root/podunit.deb", &deb);
+    m.write("/etc/pods.d/pkgtest.yaml", MANIFEST.as_bytes());
+    m.sh_ok("dpkg -i /root/podunit.deb");
+    assert_installed(&m);
+    let pod = pod_unit(NS, POD);
+    let ctr = ctr_unit(NS, POD, CTR);
+    wait_state(&m, &pod, "active");
+    wait_state(&m, &ctr, "active");
 
     // Remove: pods stopped, units gone, manifests and state kept.
     let pid = m.prop(&ctr, "MainPID");
@@ -127,10 +150,11 @@ fn deb_install_run_upgrade_remove_reinstall_purge() {
 
     // Reinstall: the pod comes back with podunit.target.
     m.sh_ok("dpkg -i /root/podunit.deb");
+    assert_installed(&m);
     wait_state(&m, &pod, "active");
     wait_state(&m, &ctr, "active");
 
-    // Purge: state gone, manifests kept.
+    // Purge: state and configuration gone, manifests kept.
     m.sh_ok("apt-get purge -y podunit");
     let left = pod_units(&m);
     assert!(left.trim().is_empty(), "units left after purge:\n{left}");

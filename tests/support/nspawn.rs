@@ -24,6 +24,8 @@ const DEFAULT_TMPDIR: &str = "/var/tmp";
 pub const PROBE_DIR: &str = "/srv/probe";
 /// Inside the machine: where the host's cgroup v1 controller directories are bound (see below).
 const CGROUP_STAGING: &str = "/var/lib/podunit-test/cgroup";
+/// Inside the machine: PID 1 on cgroup v1 hosts, see `CgroupFixup`.
+const INIT: &str = "/usr/local/sbin/podunit-test-init";
 /// cgroup v1 controllers a pod's limits need; see `CgroupFixup`.
 const V1_CONTROLLERS: &[&str] = &["memory", "cpu", "cpuacct", "pids"];
 
@@ -127,10 +129,12 @@ pub fn binaries() -> &'static Binaries {
 /// systemd-nspawn mounts the memory/cpu/pids hierarchies read-only in the machine, so the machine's
 /// systemd cannot apply MemoryMax=/CPUQuota=/TasksMax= and limits would silently not exist.
 /// Workaround: start nspawn inside fresh child cgroups of its own, bind those (writable) into the
-/// machine, mount them over the read-only ones after boot and re-execute the machine's systemd so it
-/// picks them up. The machine's cgroup namespace is rooted at exactly these directories, so the
-/// paths systemd sees stay consistent. On a cgroup v2 host nspawn delegates properly and none of
-/// this happens.
+/// machine, and boot through a tiny init (`podunit-test-init`) that mounts them over the read-only
+/// hierarchies and then execs systemd as PID 1. systemd decides at startup which controllers it can
+/// use, so this must happen before it runs (a later `daemon-reexec` would also re-run generators and
+/// hide what happens at boot). The machine's cgroup namespace is rooted at exactly these
+/// directories, so the paths systemd sees stay consistent. On a cgroup v2 host nspawn delegates
+/// properly, none of this happens and the machine boots with plain `--boot`.
 struct CgroupFixup {
     /// (controller mount name, host directory created for this machine)
     dirs: Vec<(String, PathBuf)>,
@@ -184,13 +188,15 @@ impl CgroupFixup {
             .collect()
     }
 
-    /// Run inside the booted machine.
-    fn script(&self) -> String {
-        let mut s = String::from("set -e\n");
+    /// PID 1 of the machine: mounts the writable controllers, then becomes systemd.
+    fn init_script(&self) -> String {
+        let mut s = String::from(
+            "#!/bin/sh\n# podunit e2e harness: writable cgroup v1 controllers, then systemd.\n",
+        );
         for (m, _) in &self.dirs {
-            s += &format!("mount --bind {CGROUP_STAGING}/{m} /sys/fs/cgroup/{m}\n");
+            s += &format!("mount --bind {CGROUP_STAGING}/{m} /sys/fs/cgroup/{m} || exit 1\n");
         }
-        s += "systemctl daemon-reexec\n";
+        s += "exec /lib/systemd/systemd \"$@\"\n";
         s
     }
 
@@ -271,6 +277,11 @@ impl Machine {
         }
         m.prepare();
         m.cgroups = CgroupFixup::new(&m.name);
+        if let Some(cg) = &m.cgroups {
+            let init = m.root.join(INIT.trim_start_matches('/'));
+            fs::write(&init, cg.init_script()).unwrap();
+            fs::set_permissions(&init, fs::Permissions::from_mode(0o755)).unwrap();
+        }
         m.start();
         m
     }
@@ -382,7 +393,6 @@ impl Machine {
             "--quiet".into(),
             "-D".into(),
             self.root.display().to_string(),
-            "--boot".into(),
             "--register=no".into(),
             "--keep-unit".into(),
             format!("--machine={}", self.name),
@@ -394,6 +404,11 @@ impl Machine {
         if let Some(cg) = &self.cgroups {
             nspawn_args.extend(cg.nspawn_args());
             procs = cg.procs_files();
+            // What --boot does, with our init in front of systemd (see CgroupFixup).
+            nspawn_args.push("--kill-signal=SIGRTMIN+3".into());
+            nspawn_args.push(INIT.into());
+        } else {
+            nspawn_args.push("--boot".into());
         }
         // A shell moves itself into the machine's cgroups, then becomes nspawn (no unsafe pre_exec).
         let child = Command::new("/bin/sh")
@@ -430,7 +445,7 @@ impl Machine {
             sleep(Duration::from_millis(50));
         };
         // Right after PID 1 appears its bus socket may not exist yet: systemctl then prints
-        // nothing and fails, so ask again until it answers.
+        // nothing (or "offline") and fails, so ask again until it answers.
         let state = loop {
             let out = self.exec(&[
                 "timeout",
@@ -440,7 +455,8 @@ impl Machine {
                 "--wait",
             ]);
             let state = String::from_utf8_lossy(&out.stdout).trim().to_string();
-            if !state.is_empty() || Instant::now() > deadline {
+            // Early in boot it may also say "offline" (no manager reachable yet): ask again.
+            if state == "running" || state == "degraded" || Instant::now() > deadline {
                 break state;
             }
             sleep(Duration::from_millis(100));
@@ -450,10 +466,6 @@ impl Machine {
             "machine did not finish booting: {state:?}\n{}",
             self.console()
         );
-        if let Some(cg) = &self.cgroups {
-            let script = cg.script();
-            self.sh_ok(&script);
-        }
     }
 
     /// Reboots the machine (`systemctl reboot` inside; nspawn exits and is started again on the same
