@@ -105,8 +105,17 @@ bench-reload: rootfs
 # `RUSTC_BOOTSTRAP=1 make fuzz FUZZ_TOOLCHAIN=` (RUSTC_BOOTSTRAP unlocks nightly flags on stable).
 FUZZ_TIME ?= 60
 FUZZ_TOOLCHAIN ?= +nightly
+# The manifest target starts from the golden fixtures and examples; fuzz/dict/<target>.dict, when
+# there is one, gives libFuzzer the syntax's tokens. -timeout and -rss_limit_mb make a hang or
+# runaway memory a failure.
 fuzz:
 	command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz --locked
+	mkdir -p fuzz/corpus/manifest
+	for f in tests/golden/*/pods.d/* examples/*.yaml; do \
+	  cp "$$f" "fuzz/corpus/manifest/seed-$$(echo "$$f" | tr / _)"; \
+	done
 	set -e; for t in $$($(CARGO) $(FUZZ_TOOLCHAIN) fuzz list); do \
-	  $(CARGO) $(FUZZ_TOOLCHAIN) fuzz run $$t -- -max_total_time=$(FUZZ_TIME); \
+	  dict=; [ ! -f fuzz/dict/$$t.dict ] || dict=-dict=$(CURDIR)/fuzz/dict/$$t.dict; \
+	  $(CARGO) $(FUZZ_TOOLCHAIN) fuzz run $$t -- -max_total_time=$(FUZZ_TIME) \
+	    -timeout=10 -rss_limit_mb=1024 $$dict; \
 	done
