@@ -143,7 +143,10 @@ pub fn node_loop(client: Client, cfg: AgentConfig, shared: Arc<Shared>) {
             lease.take(),
             node_obj.metadata.uid.as_deref(),
         ) {
-            Ok(l) => lease = Some(l),
+            Ok(l) => {
+                lease = Some(l);
+                backoff.reset();
+            }
             Err(e) => log(format!("lease: {e}")),
         }
         let mut fresh = node::gather(storage.parent().unwrap_or(&storage), cfg.node_ip.as_deref());
