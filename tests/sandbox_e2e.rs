@@ -42,10 +42,15 @@ spec:
       if unshare -U true 2>/dev/null; then echo allowed; else echo denied; fi > /srv/probe/sb-unshare
       exec /usr/local/bin/probe
     env: [{name: PROBE, value: sb-restricted}]
+    # The root filesystem is read-only; the probe's results go to a writable volume.
+    volumeMounts: [{name: results, mountPath: /srv/probe}]
     securityContext:
       allowPrivilegeEscalation: false
       readOnlyRootFilesystem: true
       capabilities: {drop: ["ALL"]}
+  volumes:
+  - name: results
+    hostPath: {path: /srv/probe, type: Directory}
 "#;
     m.sh_ok("mkdir -p /srv/probe && chmod 1777 /srv/probe");
     m.write("/etc/pods.d/locked.yaml", manifest.as_bytes());
@@ -152,10 +157,10 @@ spec:
             assert!(!text.contains(s), "the secret is in {place}");
         }
     }
-    // Files holding it anywhere under /run, /var and /etc: only root-only ones (and the admin's
-    // manifest) may.
+    // Files holding it anywhere under /run, /var, /etc and /tmp: only root-only ones (and the
+    // admin's manifest) may. (/srv/probe is the test's own record of the process's environment.)
     let holders = m.sh_ok(&format!(
-        "grep -rlsF -e {env_secret} -e {file_secret} /run /var /etc /tmp /srv 2>/dev/null | \
+        "grep -rlsF -e {env_secret} -e {file_secret} /run /var /etc /tmp 2>/dev/null | \
          while read -r f; do stat -L -c '%a %U %n' \"$f\"; done"
     ));
     for line in holders.lines() {

@@ -80,7 +80,7 @@ pub fn main() -> ExitCode {
     };
     let (tx, rx) = mpsc::channel();
     // Subscribe before the first reconcile: a reload that happens meanwhile is not lost.
-    let events = match client.events() {
+    let events = match client.events(false) {
         Ok(ev) => ev,
         Err(e) => {
             localsync::log(&format!("{e}"));

@@ -118,14 +118,18 @@ impl Client {
     }
 
     /// Opens the signal stream first, then subscribes, so no signal after this call is missed.
-    pub fn events(&self) -> Result<Events, Error> {
-        let rule = ctx(
-            "match rule",
-            zbus::MatchRule::builder()
-                .msg_type(MsgType::Signal)
-                .path_namespace(MANAGER_PATH)
-                .map(|b| b.build()),
-        )?;
+    /// `unit_changes`: also every unit's PropertiesChanged (status reporting); without it only
+    /// the manager's own signals (Reloading, JobRemoved) are delivered, which is all reconcile needs.
+    pub fn events(&self, unit_changes: bool) -> Result<Events, Error> {
+        let builder = zbus::MatchRule::builder()
+            .msg_type(MsgType::Signal)
+            .path_namespace(MANAGER_PATH);
+        let builder = ctx("match rule", builder)?;
+        let rule = if unit_changes {
+            builder.build()
+        } else {
+            ctx("match rule", builder.interface(MANAGER_IFACE))?.build()
+        };
         let iter = ctx(
             "AddMatch",
             MessageIterator::for_match_rule(rule, &self.conn, Some(4096)),
