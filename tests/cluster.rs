@@ -492,7 +492,7 @@ fn a_pod_the_policy_refuses_fails_with_an_event_and_never_runs() {
     let pod = env.wait_phase("priv", "Failed");
     let st = pod.status.unwrap();
     assert_eq!(st.reason.as_deref(), Some("PolicyViolation"));
-    assert!(st.message.unwrap().contains("policy.allowPrivileged"));
+    assert!(st.message.unwrap().contains("policy.privileged"));
     assert!(!env.spool_file("priv").exists());
     assert!(!env.units.is_running(&app_unit("priv")));
     let events: k8s_openapi::List<Event> = env

@@ -1244,7 +1244,8 @@ impl Worker {
         let mut wanted = std::collections::BTreeSet::new();
         let mut statics = BTreeMap::new();
         for e in catalog.pods.iter().filter(|e| e.source.is_static()) {
-            if self.cfg.policy.check_local_pods && policy::check(&e.pod, &self.cfg.policy).is_err()
+            if self.cfg.policy.local == policy::Local::Enforce
+                && policy::check(&e.pod, &self.cfg.policy).is_err()
             {
                 continue;
             }
