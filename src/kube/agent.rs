@@ -1054,8 +1054,10 @@ impl Worker {
                 }
                 continue;
             }
-            // Post the final status first, as the kubelet does, then remove the object for good.
+            // Volumes go before the object does (the kubelet unmounts before its final DELETE), so
+            // whoever sees the pod gone also sees its state gone.
             let uid = uid_of(&rec.pod);
+            self.remove_pod_dirs(&uid);
             let path = client::path::<Pod>(Some(&k.0), Some(&k.1));
             let opts = DeleteOptions {
                 grace_period_seconds: Some(0),
@@ -1089,7 +1091,11 @@ impl Worker {
         {
             self.mark_dirty();
         }
-        let uid = uid_of(&rec.pod);
+        self.remove_pod_dirs(&uid_of(&rec.pod));
+    }
+
+    /// Removes /var/lib/podunit/pods/<uid> and /run/podunit/pods/<uid>.
+    fn remove_pod_dirs(&self, uid: &str) {
         if !uid.is_empty() && !uid.contains('/') && !uid.contains("..") {
             for base in [Paths::STATE, Paths::RUNTIME] {
                 let _ = std::fs::remove_dir_all(self.cfg.paths.host(&format!("{base}/{uid}")));
