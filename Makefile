@@ -40,7 +40,7 @@ rootfs:
 # Real systemd end to end: each test boots its own nspawn machine. E2E_JOBS machines at a time.
 E2E_JOBS ?= 4
 test-e2e: rootfs
-	$(CARGO) test --no-fail-fast --test e2e --test sync_e2e --test sandbox_e2e -- --test-threads=$(E2E_JOBS)
+	$(CARGO) test --no-fail-fast --test e2e --test sync_e2e --test sandbox_e2e --test cluster_e2e -- --test-threads=$(E2E_JOBS)
 
 # Boots a throwaway systemd machine, installs this build, runs examples/*.yaml, shows status and logs.
 demo: rootfs

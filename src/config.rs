@@ -22,6 +22,12 @@ pub struct Config {
     pub node_ip: Option<String>,
     /// Extra labels for the Node object (the standard ones are always set).
     pub node_labels: std::collections::BTreeMap<String, String>,
+    /// Image references that mean the host root filesystem (besides `host`); also the policy's.
+    pub host_images: Vec<String>,
+    /// Pods' network, `host` or `private` (read by the generator).
+    pub network: Option<String>,
+    /// podunit-sync's local mode: watch /etc/pods.d and reload on changes (see watch.rs).
+    pub watch_manifests: bool,
     /// Timing of the node agent (cluster mode).
     pub cluster: ClusterTiming,
     /// What pods may do on this node.
@@ -123,6 +129,17 @@ impl Config {
         }
     }
 
+    /// The policy with the top-level `hostImages` applied.
+    pub fn effective_policy(&self) -> Policy {
+        let mut p = self.policy.clone();
+        for h in &self.host_images {
+            if !p.host_images.contains(h) {
+                p.host_images.push(h.clone());
+            }
+        }
+        p
+    }
+
     /// The node name: configured, else the host name lower-cased (kubelet's default).
     pub fn node_name(&self) -> String {
         if let Some(n) = self.node_name.as_deref().filter(|n| !n.is_empty()) {
@@ -165,6 +182,32 @@ mod tests {
         assert_eq!(l.config.cluster.lease_renew_seconds, 5);
         assert_eq!(l.config.cluster.lease_duration_seconds, 40);
         assert_eq!(l.unknown_keys, vec!["nodeLables", "cluster.bogus"]);
+    }
+
+    #[test]
+    fn the_shipped_config_keys_are_all_known() {
+        // packaging/config.yaml with every key uncommented, as an admin would.
+        let l = Config::parse(
+            "nodeName: ''
+kubeconfig: /etc/podunit/kubeconfig
+network: host
+hostImages: [host, debian]
+watchManifests: true
+policy:
+  local: trust
+  images: [host, rootfs, store]
+  hostPaths: []
+  privileged: false
+  runAsRoot: true
+  allowedCapabilities: []
+",
+        )
+        .unwrap();
+        assert!(l.unknown_keys.is_empty(), "{:?}", l.unknown_keys);
+        assert_eq!(
+            l.config.effective_policy().host_images,
+            vec!["host", "debian"]
+        );
     }
 
     #[test]

@@ -6,14 +6,16 @@
 //!
 //! | key | default | meaning |
 //! |---|---|---|
-//! | `allowedImageKinds` | `[host, path, store]` | `host`: the host root filesystem; `path`: an absolute rootfs directory or image file; `store`: the local image store |
-//! | `hostImages` | `[host]` | image names that mean the host root filesystem |
+//! | `images` | `[host, rootfs, store]` | `host`: the host root filesystem; `rootfs`: an absolute path to a root directory or image file; `store`: the local image store |
 //! | `hostPaths` | `[]` | hostPath volumes allowed: `{path: /srv, readOnly: true}` allows `/srv` and below, read-only mounts only |
-//! | `allowPrivileged` | `false` | `securityContext.privileged: true` |
-//! | `allowRunAsRoot` | `true` | containers whose user is root or unspecified |
+//! | `privileged` | `false` | `securityContext.privileged: true` |
+//! | `runAsRoot` | `true` | containers whose user is root or unspecified |
 //! | `allowedCapabilities` | `[]` | capabilities a container may add (`NET_BIND_SERVICE`, or `ALL` for any) |
-//! | `allowHostNetwork` | `true` | `hostNetwork: true` (with `false`, pods must run in a private network) |
-//! | `checkLocalPods` | `false` | also apply the policy to /etc/pods.d and /run/pods.d pods (root wrote them: trusted by default) |
+//! | `hostNetwork` | `true` | `hostNetwork: true` (with `false`, pods must run in a private network) |
+//! | `local` | `trust` | `enforce`: also apply the policy to /etc/pods.d and /run/pods.d pods (root wrote them: trusted by default) |
+//!
+//! The image names that mean the host root filesystem are the top-level `hostImages` key (default
+//! `[host]`), shared with the generator.
 
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use serde::Deserialize;
@@ -27,7 +29,8 @@ pub enum ImageKind {
     /// The host's root filesystem.
     Host,
     /// An absolute path: a root directory or an image file.
-    Path,
+    #[serde(alias = "path")]
+    Rootfs,
     /// A name looked up in the local image store.
     Store,
 }
@@ -41,31 +44,47 @@ pub struct HostPathRule {
     pub read_only: bool,
 }
 
+/// Whether local (/etc/pods.d, /run/pods.d) pods are checked too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Local {
+    #[default]
+    Trust,
+    Enforce,
+}
+
 /// The policy. Defaults are documented in the module table.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct Policy {
+    #[serde(rename = "images")]
     pub allowed_image_kinds: Vec<ImageKind>,
+    /// Filled from the top-level `hostImages` key of the config, not from `policy:`.
+    #[serde(skip)]
     pub host_images: Vec<String>,
     pub host_paths: Vec<HostPathRule>,
+    #[serde(rename = "privileged")]
     pub allow_privileged: bool,
+    #[serde(rename = "runAsRoot")]
     pub allow_run_as_root: bool,
     pub allowed_capabilities: Vec<String>,
+    #[serde(rename = "hostNetwork")]
     pub allow_host_network: bool,
-    pub check_local_pods: bool,
+    #[serde(rename = "local")]
+    pub local: Local,
 }
 
 impl Default for Policy {
     fn default() -> Self {
         Policy {
-            allowed_image_kinds: vec![ImageKind::Host, ImageKind::Path, ImageKind::Store],
+            allowed_image_kinds: vec![ImageKind::Host, ImageKind::Rootfs, ImageKind::Store],
             host_images: vec!["host".to_string()],
             host_paths: Vec::new(),
             allow_privileged: false,
             allow_run_as_root: true,
             allowed_capabilities: Vec::new(),
             allow_host_network: true,
-            check_local_pods: false,
+            local: Local::Trust,
         }
     }
 }
@@ -73,7 +92,7 @@ impl Default for Policy {
 /// Why a pod was refused: the rule (its config key) and what in the pod broke it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Violation {
-    /// The policy key, e.g. `policy.allowPrivileged`.
+    /// The policy key, e.g. `policy.privileged`.
     pub rule: &'static str,
     /// What the pod asked for, with its field path.
     pub message: String,
@@ -98,7 +117,7 @@ impl Policy {
         if self.host_images.iter().any(|h| h == image) {
             ImageKind::Host
         } else if image.starts_with('/') {
-            ImageKind::Path
+            ImageKind::Rootfs
         } else {
             ImageKind::Store
         }
@@ -112,7 +131,7 @@ pub fn check(pod: &Pod, policy: &Policy) -> Result<(), Violation> {
     };
     if spec.host_network == Some(true) && !policy.allow_host_network {
         return Err(Violation {
-            rule: "policy.allowHostNetwork",
+            rule: "policy.hostNetwork",
             message: "spec.hostNetwork is true".to_string(),
         });
     }
@@ -141,7 +160,7 @@ fn check_container(
     let kind = policy.image_kind(image);
     if !policy.allowed_image_kinds.contains(&kind) {
         return Err(Violation {
-            rule: "policy.allowedImageKinds",
+            rule: "policy.images",
             message: format!(
                 "{field}.image {image:?} is a {kind:?} image, not allowed on this node"
             ),
@@ -150,7 +169,7 @@ fn check_container(
     let sc = c.security_context.as_ref();
     if sc.and_then(|s| s.privileged) == Some(true) && !policy.allow_privileged {
         return Err(Violation {
-            rule: "policy.allowPrivileged",
+            rule: "policy.privileged",
             message: format!("{field}.securityContext.privileged is true"),
         });
     }
@@ -161,7 +180,7 @@ fn check_container(
             .or_else(|| spec.security_context.as_ref().and_then(|s| s.run_as_user));
         if uid.unwrap_or(0) == 0 {
             return Err(Violation {
-                rule: "policy.allowRunAsRoot",
+                rule: "policy.runAsRoot",
                 message: format!(
                     "{field} runs as root (securityContext.runAsUser is {})",
                     uid.map_or("unset".to_string(), |u| u.to_string())
@@ -269,13 +288,10 @@ mod tests {
             ..Policy::default()
         };
         let v = check(&p, &pol).unwrap_err();
-        assert_eq!(v.rule, "policy.allowedImageKinds");
+        assert_eq!(v.rule, "policy.images");
         assert!(v.message.contains("spec.containers[0].image"), "{v}");
         let p = spec("  containers: [{name: c, image: /srv/rootfs}]\n");
-        assert_eq!(
-            check(&p, &pol).unwrap_err().rule,
-            "policy.allowedImageKinds"
-        );
+        assert_eq!(check(&p, &pol).unwrap_err().rule, "policy.images");
         let pol = Policy {
             host_images: vec!["host".into(), "debian".into()],
             ..pol
@@ -292,7 +308,7 @@ mod tests {
             "  initContainers: [{name: i, image: host, securityContext: {privileged: true}}]\n  containers: [{name: c, image: host}]\n",
         );
         let v = check(&p, &Policy::default()).unwrap_err();
-        assert_eq!(v.rule, "policy.allowPrivileged");
+        assert_eq!(v.rule, "policy.privileged");
         assert_eq!(
             v.message,
             "spec.initContainers[0].securityContext.privileged is true"
@@ -311,16 +327,10 @@ mod tests {
             ..Policy::default()
         };
         let unset = spec("  containers: [{name: c, image: host}]\n");
-        assert_eq!(
-            check(&unset, &pol).unwrap_err().rule,
-            "policy.allowRunAsRoot"
-        );
+        assert_eq!(check(&unset, &pol).unwrap_err().rule, "policy.runAsRoot");
         let zero =
             spec("  containers: [{name: c, image: host, securityContext: {runAsUser: 0}}]\n");
-        assert_eq!(
-            check(&zero, &pol).unwrap_err().rule,
-            "policy.allowRunAsRoot"
-        );
+        assert_eq!(check(&zero, &pol).unwrap_err().rule, "policy.runAsRoot");
         let pod_level =
             spec("  securityContext: {runAsUser: 1000}\n  containers: [{name: c, image: host}]\n");
         assert_eq!(check(&pod_level, &pol), Ok(()));
@@ -403,16 +413,20 @@ mod tests {
             allow_host_network: false,
             ..Policy::default()
         };
-        assert_eq!(check(&p, &pol).unwrap_err().rule, "policy.allowHostNetwork");
+        assert_eq!(check(&p, &pol).unwrap_err().rule, "policy.hostNetwork");
     }
 
     #[test]
     fn policy_parses_from_yaml() {
         let pol: Policy = serde_saphyr::from_str(
-            "allowedImageKinds: [host]\nhostPaths: [{path: /srv, readOnly: true}]\nallowPrivileged: true\n",
+            "images: [host, rootfs]\nhostPaths: [{path: /srv, readOnly: true}]\nprivileged: true\nlocal: enforce\n",
         )
         .unwrap();
-        assert_eq!(pol.allowed_image_kinds, vec![ImageKind::Host]);
+        assert_eq!(
+            pol.allowed_image_kinds,
+            vec![ImageKind::Host, ImageKind::Rootfs]
+        );
+        assert_eq!(pol.local, Local::Enforce);
         assert!(pol.allow_privileged);
         assert!(pol.allow_run_as_root);
         assert_eq!(pol.host_paths[0].path, "/srv");

@@ -69,7 +69,7 @@ pub fn prepare(paths: &Paths) -> Result<Option<ClusterAgent>, ExitCode> {
         config: agent::AgentConfig {
             node_name: cfg.node_name(),
             timing: cfg.cluster.clone(),
-            policy: cfg.policy.clone(),
+            policy: cfg.effective_policy(),
             labels: cfg.node_labels.clone(),
             paths: paths.clone(),
             node_ip: cfg.node_ip.clone(),

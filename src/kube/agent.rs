@@ -143,7 +143,10 @@ pub fn node_loop(client: Client, cfg: AgentConfig, shared: Arc<Shared>) {
             lease.take(),
             node_obj.metadata.uid.as_deref(),
         ) {
-            Ok(l) => lease = Some(l),
+            Ok(l) => {
+                lease = Some(l);
+                backoff.reset();
+            }
             Err(e) => log(format!("lease: {e}")),
         }
         let mut fresh = node::gather(storage.parent().unwrap_or(&storage), cfg.node_ip.as_deref());
@@ -1048,8 +1051,10 @@ impl Worker {
                 }
                 continue;
             }
-            // Post the final status first, as the kubelet does, then remove the object for good.
+            // Volumes go before the object does (the kubelet unmounts before its final DELETE), so
+            // whoever sees the pod gone also sees its state gone.
             let uid = uid_of(&rec.pod);
+            self.remove_pod_dirs(&uid);
             let path = client::path::<Pod>(Some(&k.0), Some(&k.1));
             let opts = DeleteOptions {
                 grace_period_seconds: Some(0),
@@ -1083,7 +1088,11 @@ impl Worker {
         {
             self.mark_dirty();
         }
-        let uid = uid_of(&rec.pod);
+        self.remove_pod_dirs(&uid_of(&rec.pod));
+    }
+
+    /// Removes /var/lib/podunit/pods/<uid> and /run/podunit/pods/<uid>.
+    fn remove_pod_dirs(&self, uid: &str) {
         if !uid.is_empty() && !uid.contains('/') && !uid.contains("..") {
             for base in [Paths::STATE, Paths::RUNTIME, Paths::TOKENS] {
                 let _ = std::fs::remove_dir_all(self.cfg.paths.host(&format!("{base}/{uid}")));
@@ -1238,7 +1247,8 @@ impl Worker {
         let mut wanted = std::collections::BTreeSet::new();
         let mut statics = BTreeMap::new();
         for e in catalog.pods.iter().filter(|e| e.source.is_static()) {
-            if self.cfg.policy.check_local_pods && policy::check(&e.pod, &self.cfg.policy).is_err()
+            if self.cfg.policy.local == policy::Local::Enforce
+                && policy::check(&e.pod, &self.cfg.policy).is_err()
             {
                 continue;
             }

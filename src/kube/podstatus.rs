@@ -708,7 +708,7 @@ mod tests {
         let s = rejected(
             &web(),
             "PolicyViolation",
-            "refused by node policy policy.allowPrivileged: x",
+            "refused by node policy policy.privileged: x",
             &node(),
             None,
             t(5),

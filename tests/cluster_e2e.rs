@@ -1,0 +1,247 @@
+//! Cluster mode end to end on a real systemd (tests/support/nspawn.rs): the API server double runs
+//! inside the machine (its network is private, loopback only), podunit-sync is the node's kubelet,
+//! and the test talks to the API server from a thread that joined the machine's network namespace.
+//! Needs root and systemd-nspawn; fails (never skips) without them.
+
+mod support;
+
+use k8s_openapi::api::core::v1::Pod;
+use podunit::kube::client::{self, Client, DeleteOptions};
+use podunit::kube::kubeconfig::Credentials;
+use serde_json::json;
+use support::nspawn::{Machine, binaries};
+use support::pods::{SOON, ctr_unit, pod_unit, wait_state};
+
+const NODE: &str = "e2e-node";
+const API_DIR: &str = "/var/lib/fake-api";
+
+const SYNC_STAND_IN: &str = "[Unit]\nDescription=podunit-sync (test stand-in)\nAfter=dbus.service\n\
+[Service]\nType=notify\nExecStart=/usr/bin/podunit-sync\nRestart=always\nRestartSec=1\n";
+
+/// Builds the API server double (same profile as the test) and returns its path.
+fn fake_apiserver_bin() -> std::path::PathBuf {
+    let out = binaries().podunit.parent().unwrap().to_path_buf();
+    let mut cmd = std::process::Command::new(env!("CARGO"));
+    cmd.current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(["build", "--quiet", "-p", "fake-apiserver"]);
+    if out.file_name().is_some_and(|n| n == "release") {
+        cmd.arg("--release");
+    }
+    assert!(cmd.status().unwrap().success(), "building fake-apiserver");
+    out.join("fake-apiserver")
+}
+
+/// Starts (or restarts) the API server double in the machine, on a fixed port, with its state on disk.
+fn start_api(m: &Machine) {
+    m.sh_ok(&format!(
+        "systemd-run --unit=fake-apiserver --collect /usr/local/bin/fake-apiserver --dir {API_DIR} \
+         --port 6443 --node {NODE} --state-file {API_DIR}/state.json --bookmark-interval-ms 1000"
+    ));
+    m.wait_for("the API server", SOON, || {
+        m.read(&format!("{API_DIR}/url")).map(|_| ())
+    });
+    m.wait_for("the API server to answer", SOON, || {
+        m.exec(&["bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/6443"])
+            .status
+            .success()
+            .then_some(())
+    });
+}
+
+/// The host pid of a process of the machine whose command line contains `needle`.
+fn host_pid_of(needle: &str) -> Option<u32> {
+    for e in std::fs::read_dir("/proc").ok()? {
+        let e = e.ok()?;
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        if let Ok(c) = std::fs::read(format!("/proc/{pid}/cmdline"))
+            && String::from_utf8_lossy(&c)
+                .replace('\0', " ")
+                .contains(needle)
+        {
+            return Some(pid);
+        }
+    }
+    None
+}
+
+/// Moves this thread into the network namespace of the machine's API server process.
+fn join_machine_network(m: &Machine) {
+    let needle = format!("--node {NODE} --state-file {API_DIR}/state.json");
+    let _ = m;
+    let pid = host_pid_of(&needle).expect("the API server process");
+    let ns = std::fs::File::open(format!("/proc/{pid}/ns/net")).unwrap();
+    nix::sched::setns(ns, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
+}
+
+fn admin(m: &Machine) -> Client {
+    let ca_pem = m.read(&format!("{API_DIR}/ca.crt")).expect("ca.crt");
+    let token = m
+        .read_string(&format!("{API_DIR}/admin.token"))
+        .expect("admin.token");
+    Client::new(Credentials {
+        server: "https://127.0.0.1:6443".into(),
+        ca_pem,
+        client_cert: None,
+        token: Some(token.trim().to_string()),
+        token_file: None,
+    })
+    .unwrap()
+}
+
+fn get_pod(api: &Client, name: &str) -> Option<Pod> {
+    match api.get::<Pod>(&client::path::<Pod>(Some("default"), Some(name))) {
+        Ok(p) => Some(p),
+        Err(e) if e.is_not_found() => None,
+        Err(e) if e.is_transient() => None,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+fn create(api: &Client, name: &str, restart: &str, script: &str) -> Pod {
+    let pod = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"nodeName": NODE, "restartPolicy": restart, "terminationGracePeriodSeconds": 5,
+            "containers": [{"name": "main", "image": "host", "command": ["/bin/sh", "-c", script]}]}});
+    api.create(&client::path::<Pod>(Some("default"), None), &pod)
+        .unwrap()
+}
+
+fn main_status(api: &Client, name: &str) -> Option<k8s_openapi::api::core::v1::ContainerStatus> {
+    get_pod(api, name)?
+        .status?
+        .container_statuses?
+        .into_iter()
+        .next()
+}
+
+#[test]
+fn cluster_mode_on_real_systemd() {
+    let m = Machine::boot("cluster");
+    let bin = std::fs::read(fake_apiserver_bin()).unwrap();
+    m.write("/usr/local/bin/fake-apiserver", &bin);
+    m.sh_ok("chmod 0755 /usr/local/bin/fake-apiserver");
+    start_api(&m);
+    m.write(
+        "/etc/podunit/config.yaml",
+        format!("nodeName: {NODE}\nkubeconfig: {API_DIR}/node-{NODE}.kubeconfig\n").as_bytes(),
+    );
+    if m.read("/usr/lib/systemd/system/podunit-sync.service")
+        .is_none()
+    {
+        m.write(
+            "/etc/systemd/system/podunit-sync.service",
+            SYNC_STAND_IN.as_bytes(),
+        );
+        m.daemon_reload();
+    }
+    // It may already run in local mode (enabled at boot): restart it to read the config.
+    m.sh_ok("systemctl restart podunit-sync.service");
+    wait_state(&m, "podunit-sync.service", &["active"]);
+
+    // Everything that talks to the API server runs on a thread inside the machine's network.
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            join_machine_network(&m);
+            let api = admin(&m);
+
+            // Created in the API -> running on systemd -> Running with the real start time.
+            create(&api, "web", "Always", "exec sleep 1000");
+            let p = m.wait_for("web Running in the API", SOON, || {
+                get_pod(&api, "web").filter(|p| {
+                    p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+                })
+            });
+            wait_state(&m, &ctr_unit("default", "web", "main"), &["active"]);
+            let started = p.status.unwrap().container_statuses.unwrap()[0]
+                .state
+                .clone()
+                .unwrap()
+                .running
+                .unwrap()
+                .started_at
+                .unwrap()
+                .0
+                .as_second();
+            let unit_start = m.prop(&ctr_unit("default", "web", "main"), "ExecMainStartTimestamp");
+            let unit_secs = m
+                .sh_ok(&format!("date -d '{unit_start}' +%s"))
+                .trim()
+                .parse::<i64>()
+                .unwrap();
+            assert_eq!(started, unit_secs, "startedAt is the unit's real start");
+            // The kube-api-access volume: a token bound to this pod is in the container's view.
+            let token = m.sh_ok(&format!(
+                "nsenter -t $(systemctl show -p MainPID --value {}) -m cat /var/run/secrets/kubernetes.io/serviceaccount/token",
+                ctr_unit("default", "web", "main")
+            ));
+            assert_eq!(token.trim().split('.').count(), 3, "a JWT: {token}");
+
+            // A container that exits 3: the exit code and restarts are posted.
+            create(&api, "crash", "Always", "exit 3");
+            let cs = m.wait_for("crash restarted with exit code 3", SOON, || {
+                let cs = main_status(&api, "crash")?;
+                let last = cs.last_state.as_ref()?.terminated.as_ref()?;
+                (last.exit_code == 3 && cs.restart_count >= 1).then_some(cs)
+            });
+            let n = m.prop(&ctr_unit("default", "crash", "main"), "NRestarts");
+            assert!(
+                cs.restart_count as u64 <= n.trim().parse::<u64>().unwrap(),
+                "restartCount comes from NRestarts"
+            );
+
+            // The API server is killed mid-watch; meanwhile the web container is killed and restarted.
+            m.sh_ok("systemctl kill -s KILL fake-apiserver.service");
+            m.wait_for("the API server to be gone", SOON, || {
+                (!m.exec(&["bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/6443"]).status.success()).then_some(())
+            });
+            m.sh_ok(&format!(
+                "systemctl kill -s KILL {}",
+                ctr_unit("default", "web", "main")
+            ));
+            m.wait_for("web restarted by systemd", SOON, || {
+                (m.prop(&ctr_unit("default", "web", "main"), "NRestarts").trim() != "0")
+                    .then_some(())
+            });
+            assert_eq!(
+                m.prop(&pod_unit("default", "web"), "ActiveState").trim(),
+                "active",
+                "pods keep running without the API server"
+            );
+            m.sh("systemctl reset-failed fake-apiserver.service");
+            start_api(&m);
+            m.wait_for("web's restart posted after the API server is back", SOON, || {
+                (main_status(&api, "web")?.restart_count >= 1).then_some(())
+            });
+            // Nothing lost: a pod created now (the watch re-listed) runs.
+            create(&api, "late", "Always", "exec sleep 1000");
+            m.wait_for("late Running", SOON, || {
+                get_pod(&api, "late").filter(|p| {
+                    p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+                })
+            });
+
+            // Delete: units stopped, then the object is gone.
+            api.delete(
+                &client::path::<Pod>(Some("default"), Some("web")),
+                &DeleteOptions::default(),
+            )
+            .unwrap();
+            m.wait_for("web removed from the API", SOON, || {
+                get_pod(&api, "web").is_none().then_some(())
+            });
+            let st = m.prop(&ctr_unit("default", "web", "main"), "ActiveState");
+            assert!(
+                st.trim() == "inactive" || st.trim() == "failed",
+                "stopped before the object went: {st}"
+            );
+            assert!(
+                m.read("/var/lib/podunit/spool/default_web.yaml").is_none(),
+                "spool cleaned"
+            );
+        })
+        .join()
+        .unwrap_or_else(|_| panic!("{}", m.diagnostics()));
+    });
+}
