@@ -223,3 +223,25 @@ fn units_name_the_installed_binaries() {
         ["enable podunit.target", "enable podunit-sync.service"]
     );
 }
+
+#[test]
+fn shipped_config_documents_the_real_defaults() {
+    let text = read("packaging/config.yaml");
+    // As shipped (all commented out) it is the default configuration.
+    assert_eq!(
+        podunit::watch::SyncConfig::parse(&text).unwrap(),
+        Default::default()
+    );
+    // Each documented top-level default, uncommented, is what the code uses without it.
+    let key = |k: &str| {
+        text.lines()
+            .find(|l| l.starts_with(&format!("#{k}:")))
+            .unwrap_or_else(|| panic!("config.yaml does not document {k}"))
+            .trim_start_matches('#')
+            .to_string()
+    };
+    assert_eq!(
+        podunit::watch::SyncConfig::parse(&key("watchManifests")).unwrap(),
+        Default::default()
+    );
+}
