@@ -3,7 +3,7 @@ CARGO ?= cargo
 PREFIX ?= /usr
 DESTDIR ?=
 
-.PHONY: all build release test test-unit test-e2e rootfs lint fmt bench demo deb rpm install uninstall fuzz fake-apiserver
+.PHONY: all build release test test-unit test-e2e rootfs lint fmt bench bench-generator demo deb rpm install uninstall fuzz fake-apiserver
 
 all: build
 
@@ -38,9 +38,9 @@ rootfs:
 	tests/e2e/make-rootfs.sh
 
 # Real systemd end to end: each test boots its own nspawn machine. E2E_JOBS machines at a time.
-E2E_JOBS ?= 3
+E2E_JOBS ?= 4
 test-e2e: rootfs
-	$(CARGO) test --test e2e --test sync_e2e -- --test-threads=$(E2E_JOBS)
+	$(CARGO) test --no-fail-fast --test e2e --test sync_e2e --test sandbox_e2e -- --test-threads=$(E2E_JOBS)
 
 # Boots a throwaway systemd machine, installs this build, runs examples/*.yaml, shows status and logs.
 demo: rootfs
@@ -87,3 +87,26 @@ install:
 
 uninstall:
 	DESTDIR="$(DESTDIR)" PREFIX="$(PREFIX)" packaging/install.sh uninstall
+
+# Benchmarks (never timed tests). Reload-to-running on a real systemd: needs root and systemd-nspawn.
+bench: bench-generator bench-reload
+
+# The release generator as a process on 1 to 10000 pods: wall time and peak RSS (docs/benchmarks.md).
+# BENCH_RUNS=N changes the runs per size.
+bench-generator:
+	$(CARGO) build --release -p podunit-generator
+	$(CARGO) run --release -p podunit-bench -- $${CARGO_TARGET_DIR:-target}/release/podunit-generator
+
+bench-reload: rootfs
+	$(CARGO) test --release --test bench_reload
+
+# Fuzzing, separate from `make test`: runs every target under fuzz/ for FUZZ_TIME seconds each.
+# cargo-fuzz needs a nightly toolchain (sanitizers); without one, use the stable toolchain with
+# `RUSTC_BOOTSTRAP=1 make fuzz FUZZ_TOOLCHAIN=` (RUSTC_BOOTSTRAP unlocks nightly flags on stable).
+FUZZ_TIME ?= 60
+FUZZ_TOOLCHAIN ?= +nightly
+fuzz:
+	command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz --locked
+	set -e; for t in $$($(CARGO) $(FUZZ_TOOLCHAIN) fuzz list); do \
+	  $(CARGO) $(FUZZ_TOOLCHAIN) fuzz run $$t -- -max_total_time=$(FUZZ_TIME); \
+	done

@@ -63,7 +63,7 @@ impl fmt::Display for Problem {
         if let Some(p) = &self.pod {
             write!(f, "{p}: ")?;
         }
-        if let Some(p) = &self.path {
+        if let Some(p) = self.path.as_deref().filter(|p| !p.is_empty()) {
             write!(f, "{p}: ")?;
         }
         if self.severity == Severity::Warning {

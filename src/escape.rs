@@ -11,7 +11,7 @@
 //! | [`environment_assignment`] | `Environment=` | words, `"`-quoted, C escapes, then specifiers; `$` literal |
 //! | [`log_extra_field`] | `LogExtraFields=` | as `Environment=`, with journal field names |
 //! | [`plain`] | `Description=`, `X-*=` (any value not listed elsewhere that is a single string) | whole line, no quoting, no escapes, specifiers; surrounding whitespace dropped |
-//! | [`path`] | `WorkingDirectory=`, `RootDirectory=`, `RootImage=`, `SourcePath=`, `EnvironmentFile=` | as [`plain`], must be absolute; systemd simplifies it |
+//! | [`path`] | `WorkingDirectory=`, `RootDirectory=`, `RootImage=`, `SourcePath=`, `EnvironmentFile=` | as [`plain`]; must be absolute and normalized, since systemd would simplify or refuse it |
 //! | [`path_word`], [`bind_path`] | `BindPaths=`, `BindReadOnlyPaths=` (and the space-separated `ReadWritePaths=` family) | words, `"`-quoted, `\` takes the next character literally (no C escapes: `\x3a` is `x3a`), `:` separates outside quotes, specifiers |
 //! | [`env_file_line`] | lines of a file named by `EnvironmentFile=` | shell-like: `"`-quoted, `\` escapes only `` "\`$ ``, raw newlines kept inside quotes |
 //!
@@ -20,8 +20,10 @@
 //! - The first word of a command line is stripped of `-@:+!` prefixes *after* unquoting: quoting does
 //!   not protect it, and no escape does either. Only an executable that does not start with one of
 //!   those characters is accepted (absolute paths never do).
-//! - The executable path gets no `$` expansion while argv\[0\] (the same text) does: `$` is refused
-//!   in the executable rather than encoded two different ways.
+//! - The executable path gets no `$` expansion while argv\[0\] (the same text) does (systemd's
+//!   source; exec time is not observable with `systemd --test`): `$` is refused in the executable
+//!   rather than encoded two different ways.
+//! - A line over 1 MiB makes the unit fail to load (ENOBUFS): see [`MAX_VALUE_LEN`].
 //! - Values without quoting ([`plain`], [`path`]) cannot hold control characters at all, lose
 //!   surrounding whitespace, and a trailing `\` would join the next line: all refused.
 //! - A Unicode noncharacter (U+FDD0..U+FDEF, U+xFFFE/U+xFFFF) anywhere in a line makes systemd
@@ -36,8 +38,8 @@ pub mod parse;
 
 use std::fmt;
 
-/// systemd reads unit files line by line and refuses lines over 1 MiB (LONG_LINE_MAX); keep room for
-/// the key.
+/// systemd reads unit files line by line and fails a unit with a line over 1 MiB (LONG_LINE_MAX);
+/// keep room for the key.
 pub const MAX_VALUE_LEN: usize = 1024 * 1024 - 64;
 
 /// The prefixes systemd strips from the first word of a command line.

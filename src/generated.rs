@@ -488,21 +488,29 @@ mod tests {
 
     #[test]
     fn explicit_kind_and_shortened_names() {
-        let long = "podunit-default_aaaa:0123456789abcdef";
+        let pod = "a".repeat(250);
+        let long = naming::pod_service("default", &pod);
+        assert!(matches!(
+            naming::parse(&long),
+            Some(Parsed::Shortened { .. })
+        ));
+        let long = long.trim_end_matches(".service");
         let files = vec![
             f(
                 &format!("{long}.service"),
-                "[Unit]\nX-PodunitPod=default/aaaalong\n",
+                &format!("[Unit]\nX-PodunitPod=default/{pod}\n"),
             ),
             f(
                 &format!("{long}_side.service"),
-                "[Unit]\nX-PodunitPod=default/aaaalong\nX-PodunitContainerKind=sidecar\n[Service]\nType=exec\n",
+                &format!(
+                    "[Unit]\nX-PodunitPod=default/{pod}\nX-PodunitContainerKind=sidecar\n[Service]\nType=exec\n"
+                ),
             ),
             f(&format!("{long}_orphan.service"), "[Unit]\n"),
         ];
         let pods = group(files);
         assert_eq!(pods.len(), 1);
-        assert_eq!(pods[0].key, PodKey::new("default", "aaaalong"));
+        assert_eq!(pods[0].key, PodKey::new("default", &pod));
         assert_eq!(pods[0].containers.len(), 1);
         assert_eq!(pods[0].containers[0].kind, ContainerKind::Sidecar);
     }

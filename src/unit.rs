@@ -92,15 +92,37 @@ impl UnitFile {
             out.push_str(s.name);
             out.push_str("]\n");
             for (key, value) in &s.entries {
-                let text = render_value(value).map_err(|error| RenderError {
-                    unit: self.name.clone(),
-                    key,
-                    error,
-                })?;
-                out.push_str(key);
-                out.push('=');
-                out.push_str(&text);
-                out.push('\n');
+                // Assignments go one to a line: a line must stay under systemd's 1 MiB limit
+                // however many there are.
+                let single;
+                let parts: Vec<&Value> = match value {
+                    Value::Env(pairs) if pairs.len() > 1 => {
+                        single = pairs
+                            .iter()
+                            .map(|p| Value::Env(vec![p.clone()]))
+                            .collect::<Vec<_>>();
+                        single.iter().collect()
+                    }
+                    Value::LogFields(pairs) if pairs.len() > 1 => {
+                        single = pairs
+                            .iter()
+                            .map(|p| Value::LogFields(vec![p.clone()]))
+                            .collect::<Vec<_>>();
+                        single.iter().collect()
+                    }
+                    v => vec![v],
+                };
+                for part in parts {
+                    let text = render_value(part).map_err(|error| RenderError {
+                        unit: self.name.clone(),
+                        key,
+                        error,
+                    })?;
+                    out.push_str(key);
+                    out.push('=');
+                    out.push_str(&text);
+                    out.push('\n');
+                }
             }
         }
         Ok(out)

@@ -142,7 +142,149 @@ pub fn validate(entry: &PodEntry) -> Vec<Problem> {
     if let Some(r) = &spec.resources {
         check_resources(&mut c, r, &sp.field("resources"));
     }
+    check_not_honoured(&mut c, spec, &sp);
     c.out
+}
+
+/// Fields podunit accepts but cannot honour (warnings) or must not pretend to honour (errors).
+/// docs/mapping.md gives each its verdict; harmless ones (ports, imagePullPolicy, scheduling)
+/// are not reported.
+fn check_not_honoured(
+    c: &mut Check<'_>,
+    spec: &k8s_openapi::api::core::v1::PodSpec,
+    sp: &FieldPath,
+) {
+    let host_view =
+        "ignored: containers share the host's hostname, /etc/hosts and /etc/resolv.conf";
+    if spec.hostname.is_some() {
+        c.warn(&sp.field("hostname"), host_view);
+    }
+    if spec.subdomain.is_some() {
+        c.warn(&sp.field("subdomain"), host_view);
+    }
+    if spec.set_hostname_as_fqdn == Some(true) {
+        c.warn(&sp.field("setHostnameAsFQDN"), host_view);
+    }
+    if spec.dns_config.is_some() {
+        c.warn(&sp.field("dnsConfig"), host_view);
+    }
+    if spec.dns_policy.as_deref().is_some_and(|p| p == "None") {
+        c.warn(&sp.field("dnsPolicy"), host_view);
+    }
+    if spec.host_aliases.as_ref().is_some_and(|a| !a.is_empty()) {
+        c.warn(&sp.field("hostAliases"), host_view);
+    }
+    if spec.host_users == Some(false) {
+        c.warn(
+            &sp.field("hostUsers"),
+            "ignored: user namespaces are not supported; IDs are the host's",
+        );
+    }
+    if spec.active_deadline_seconds.is_some() {
+        c.warn(&sp.field("activeDeadlineSeconds"), "not enforced yet");
+    }
+    if spec.readiness_gates.as_ref().is_some_and(|g| !g.is_empty()) {
+        c.warn(
+            &sp.field("readinessGates"),
+            "ignored: readiness comes from the containers only",
+        );
+    }
+    if spec.resource_claims.as_ref().is_some_and(|g| !g.is_empty()) {
+        c.err(
+            &sp.field("resourceClaims"),
+            "dynamic resource allocation is not supported",
+        );
+    }
+    if let Some(os) = &spec.os
+        && os.name != "linux"
+    {
+        c.err(
+            &sp.field("os").field("name"),
+            format!("{:?}: this node runs Linux", os.name),
+        );
+    }
+    if let Some(psc) = &spec.security_context {
+        let p = sp.field("securityContext");
+        if psc.sysctls.as_ref().is_some_and(|s| !s.is_empty()) {
+            c.err(
+                &p.field("sysctls"),
+                "not supported: without a network namespace of its own they would change the host",
+            );
+        }
+        if psc.supplemental_groups_policy.as_deref() == Some("Strict") {
+            c.warn(
+                &p.field("supplementalGroupsPolicy"),
+                "Strict is not honoured: the user database's groups are added",
+            );
+        }
+        if psc.se_linux_options.is_some() {
+            c.warn(&p.field("seLinuxOptions"), "ignored: no SELinux labelling");
+        }
+        if psc.app_armor_profile.is_some() {
+            c.warn(&p.field("appArmorProfile"), "ignored: no AppArmor profiles");
+        }
+    }
+    for (list, containers) in [
+        (
+            "initContainers",
+            spec.init_containers.as_deref().unwrap_or_default(),
+        ),
+        ("containers", &spec.containers[..]),
+    ] {
+        for (i, ctr) in containers.iter().enumerate() {
+            let p = sp.field(list).index(i);
+            if ctr.volume_devices.as_ref().is_some_and(|d| !d.is_empty()) {
+                c.err(&p.field("volumeDevices"), "block volumes are not supported");
+            }
+            if let Some(sc) = &ctr.security_context {
+                let sp = p.field("securityContext");
+                if sc.se_linux_options.is_some() {
+                    c.warn(&sp.field("seLinuxOptions"), "ignored: no SELinux labelling");
+                }
+                if sc.app_armor_profile.is_some() {
+                    c.warn(
+                        &sp.field("appArmorProfile"),
+                        "ignored: no AppArmor profiles",
+                    );
+                }
+                if sc.proc_mount.as_deref() == Some("Unmasked") {
+                    c.warn(&sp.field("procMount"), "ignored: /proc is the host's");
+                }
+            }
+            for (field, map) in [
+                (
+                    "limits",
+                    ctr.resources.as_ref().and_then(|r| r.limits.as_ref()),
+                ),
+                (
+                    "requests",
+                    ctr.resources.as_ref().and_then(|r| r.requests.as_ref()),
+                ),
+            ] {
+                if map.is_some_and(|m| m.contains_key("ephemeral-storage")) {
+                    c.warn(
+                        &p.field("resources").field(field).key("ephemeral-storage"),
+                        "not enforced",
+                    );
+                }
+            }
+        }
+    }
+    for (i, v) in spec.volumes.iter().flatten().enumerate() {
+        if let Some(e) = &v.empty_dir {
+            let p = sp.field("volumes").index(i).field("emptyDir");
+            match e.medium.as_deref() {
+                None | Some("") | Some("Memory") => {}
+                Some(m) => c.err(
+                    &p.field("medium"),
+                    format!("{m:?} is not supported (\"\" or Memory)"),
+                ),
+            }
+            if e.size_limit.is_some() {
+                c.warn(&p.field("sizeLimit"), "not enforced yet");
+            }
+        }
+    }
 }
 
 fn check_container(

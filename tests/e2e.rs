@@ -549,13 +549,13 @@ spec:
         "ea",
         r#"  - name: writer
     image: host
-    command: ["/bin/sh", "-c", "echo from-ea > /data/f && exec sleep infinity"]
+    command: ["/bin/sh", "-c", "echo from-ea > /data/f.tmp && mv /data/f.tmp /data/f && exec sleep infinity"]
     volumeMounts:
     - name: data
       mountPath: /data
   - name: reader
     image: host
-    command: ["/bin/sh", "-c", "while [ ! -e /data/f ]; do sleep 0.2; done; cp /data/f /srv/probe/ea-read; exec sleep infinity"]
+    command: ["/bin/sh", "-c", "while [ ! -e /data/f ]; do sleep 0.2; done; cp /data/f /srv/probe/ea-read.tmp && mv /srv/probe/ea-read.tmp /srv/probe/ea-read; exec sleep infinity"]
     volumeMounts:
     - name: data
       mountPath: /data
@@ -735,7 +735,8 @@ spec:
     - |
       for d in /rw /ro /hro /cfg; do
         if touch "$d/new" 2>/dev/null; then echo "$d writable"; else echo "$d read-only"; fi
-      done > /srv/probe/ro-result
+      done > /srv/probe/ro-result.tmp
+      mv /srv/probe/ro-result.tmp /srv/probe/ro-result
     volumeMounts:
     - name: data
       mountPath: /rw
@@ -803,7 +804,8 @@ spec:
     - /bin/sh
     - -c
     - |
-      { ls -A /only; cat /only/file; ls -A /hp-inner; cat /hp-inner/f; cat /etc/sub-app.conf; } > /srv/probe/sub-result
+      { ls -A /only; cat /only/file; ls -A /hp-inner; cat /hp-inner/f; cat /etc/sub-app.conf; } > /srv/probe/sub-result.tmp
+      mv /srv/probe/sub-result.tmp /srv/probe/sub-result
     volumeMounts:
     - name: data
       mountPath: /only
@@ -1228,5 +1230,111 @@ spec:
                 .any(|l| l == "journal-line-from-jr")
                 .then_some(())
         },
+    );
+}
+
+#[test]
+fn broken_manifest_at_boot_is_explained_in_that_boots_journal() {
+    let mut m = Machine::boot("broken-at-boot");
+    m.write(
+        "/etc/pods.d/good.yaml",
+        probe_pod("good", "boot-good", "sleep", "", "").as_bytes(),
+    );
+    m.write(
+        "/etc/pods.d/bad.yaml",
+        b"apiVersion: v1\nkind: Pod\nmetadata:\n  name: bad\nspec:\n  containers:\n  - name: Bad_Name\n    image: host\n    command: [\"/bin/true\"]\n",
+    );
+    // No reload: the generator first sees these manifests at boot, before journald runs.
+    m.reboot();
+    Probe::new(&m, "boot-good").wait_starts(1);
+    let journal = m.sh_ok("journalctl -b --no-pager -o cat");
+
+    assert!(
+        journal
+            .lines()
+            .any(|l| l.contains("bad.yaml") && l.contains("containers[0].name")),
+        "this boot's journal says why bad.yaml was skipped:\n{}",
+        m.diagnostics()
+    );
+}
+
+#[test]
+fn removed_pod_leaves_no_secret_or_state_behind() {
+    let m = Machine::boot("cleanup");
+    let manifest = r#"apiVersion: v1
+kind: Secret
+metadata:
+  name: gone
+stringData:
+  token: tok-5f1e2d-must-vanish
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: tidy
+spec:
+  terminationGracePeriodSeconds: 5
+  volumes:
+  - name: sec
+    secret:
+      secretName: gone
+  - name: scratch
+    emptyDir: {}
+  containers:
+  - name: main
+    image: host
+    command: ["/bin/sh", "-c", "echo data > /scratch/f && PROBE=tidy exec /usr/local/bin/probe"]
+    env:
+    - name: TOKEN
+      valueFrom:
+        secretKeyRef:
+          name: gone
+          key: token
+    volumeMounts:
+    - name: sec
+      mountPath: /sec
+    - name: scratch
+      mountPath: /scratch
+"#;
+    m.write("/etc/pods.d/tidy.yaml", manifest.as_bytes());
+    m.daemon_reload();
+    Probe::new(&m, "tidy").wait_starts(1);
+    let uid = m
+        .sh_ok(&format!(
+            "sed -n 's/^X-PodunitUid=//p' /run/systemd/generator/{}",
+            pod_unit(NS, "tidy")
+        ))
+        .trim()
+        .to_string();
+    assert!(!uid.is_empty());
+    assert!(
+        m.sh(&format!("test -d /run/podunit/pods/{uid}"))
+            .status
+            .success(),
+        "the pod's runtime directory exists while it runs"
+    );
+
+    m.sh_ok("rm /etc/pods.d/tidy.yaml");
+    m.daemon_reload();
+    m.wait_for("tidy's units to be gone", SOON, || {
+        known_units(&m, NS, "tidy").is_empty().then_some(())
+    });
+    for dir in [
+        format!("/run/podunit/pods/{uid}"),
+        format!("/var/lib/podunit/pods/{uid}"),
+    ] {
+        assert!(
+            !m.sh(&format!("test -e {dir}")).status.success(),
+            "{dir} is left behind: {}\n{}",
+            m.sh_ok(&format!("find {dir} | head -20")),
+            m.sh_ok("journalctl -b --no-pager -o cat | grep -i -e cleanup -e tidy | tail -20")
+        );
+    }
+    let found =
+        m.sh("grep -rl tok-5f1e2d-must-vanish /run /var/lib/podunit /etc/systemd 2>/dev/null");
+    assert!(
+        String::from_utf8_lossy(&found.stdout).trim().is_empty(),
+        "the secret outlives its pod in: {}",
+        String::from_utf8_lossy(&found.stdout)
     );
 }

@@ -98,9 +98,6 @@ const NASTY: &[&str] = &[
     "\u{2028}",
     "\u{2029}",
     "\u{feff}",
-    "\u{fffe}",
-    "\u{fdd0}",
-    "\u{10ffff}",
     "\u{fffd}",
     "\u{1}",
     "\u{1b}",
@@ -397,11 +394,17 @@ unsafe extern "C" {
 
 type ReplaceEnvArgv252 =
     unsafe extern "C" fn(*const *const c_char, *const *const c_char) -> *mut *mut c_char;
+type NameIsValid = unsafe extern "C" fn(*const c_char) -> bool;
+type JournalFieldValid = unsafe extern "C" fn(*const c_char, usize, bool) -> bool;
+type UnicharIsValid = unsafe extern "C" fn(u32) -> bool;
 type LoadEnvFile = unsafe extern "C" fn(*mut c_void, *const c_char, *mut *mut *mut c_char) -> c_int;
 
 struct Shared {
     replace_env_argv: ReplaceEnvArgv252,
     load_env_file: LoadEnvFile,
+    env_name_is_valid: NameIsValid,
+    journal_field_valid: JournalFieldValid,
+    unichar_is_valid: UnicharIsValid,
 }
 
 /// libsystemd-shared-252.so, wherever the distribution put it.
@@ -449,6 +452,15 @@ fn shared() -> Shared {
                 c"replace_env_argv",
             )),
             load_env_file: std::mem::transmute::<*mut c_void, LoadEnvFile>(sym(c"load_env_file")),
+            env_name_is_valid: std::mem::transmute::<*mut c_void, NameIsValid>(sym(
+                c"env_name_is_valid",
+            )),
+            journal_field_valid: std::mem::transmute::<*mut c_void, JournalFieldValid>(sym(
+                c"journal_field_valid",
+            )),
+            unichar_is_valid: std::mem::transmute::<*mut c_void, UnicharIsValid>(sym(
+                c"unichar_is_valid",
+            )),
         }
     }
 }
@@ -944,4 +956,39 @@ fn systemd_behaviour_behind_the_refusals() {
         lines_with_prefix(spec, "\t\t\tCommand Line: "),
         vec!["/bin/echo specifier.service"]
     );
+}
+
+/// The name and character rules of `escape` are systemd's own: compared with env_name_is_valid(),
+/// journal_field_valid() and, for every Unicode scalar value, unichar_is_valid().
+#[test]
+fn name_and_character_rules_match_systemd() {
+    let shared = shared();
+    let mut runner = TestRunner::default();
+    let names = prop_oneof![
+        "[A-Za-z0-9_.=: -]{0,6}",
+        "[A-Z_][A-Z0-9_]{0,70}",
+        any::<String>().prop_map(|s| s.replace('\0', "")),
+    ];
+    for name in sample(&mut runner, &names, 5000) {
+        let c = CString::new(name.as_bytes()).unwrap();
+        // SAFETY: valid C string; the functions only read it.
+        let (env_ok, field_ok) = unsafe {
+            (
+                (shared.env_name_is_valid)(c.as_ptr()),
+                (shared.journal_field_valid)(c.as_ptr(), name.len(), false),
+            )
+        };
+        assert_eq!(escape::is_env_name(&name), env_ok, "env name {name:?}");
+        assert_eq!(
+            escape::is_log_field_name(&name),
+            field_ok,
+            "field name {name:?}"
+        );
+    }
+    for c in (1..=0x10FFFFu32).filter_map(char::from_u32) {
+        // SAFETY: plain value call.
+        let valid = unsafe { (shared.unichar_is_valid)(c as u32) };
+        let accepted = escape::plain(&format!("a{c}b")) != Err(EscapeError::NonCharacter(c));
+        assert_eq!(accepted, valid, "U+{:04X}", c as u32);
+    }
 }

@@ -323,3 +323,40 @@ spec:
     let bad = m.sh("podunit logs web -c nope");
     assert!(!bad.status.success());
 }
+
+#[test]
+fn watch_manifests_reloads_by_itself_and_skips_broken_files() {
+    let m = Machine::boot("sync-watch");
+    m.write("/etc/podunit/config.yaml", b"watchManifests: true\n");
+    start_sync(&m);
+    m.wait_for("the watch to be set up", SOON, || {
+        m.sh_ok("journalctl -b --no-pager -o cat -u podunit-sync.service")
+            .contains("watching /etc/pods.d")
+            .then_some(())
+    });
+    // No daemon-reload typed: the watch reloads, and the reload starts the pod.
+    m.write(
+        "/etc/pods.d/w.yaml",
+        probe_pod("w", "sync-w", "v1").as_bytes(),
+    );
+    Probe::new(&m, "sync-w").wait_starts(1);
+
+    // A broken file is reported and does not cause a reload.
+    let reloads = || {
+        m.sh_ok("journalctl -b --no-pager -o cat -u podunit-sync.service")
+            .lines()
+            .filter(|l| l.contains("manifests changed: daemon-reload"))
+            .count()
+    };
+    let before = reloads();
+    m.write(
+        "/etc/pods.d/broken.yaml",
+        b"apiVersion: v1\nkind: Pod\nmetadata: {name: b}\nspec: {containers: [{name: x}]}\n",
+    );
+    m.wait_for("the broken file to be reported", SOON, || {
+        m.sh_ok("journalctl -b --no-pager -o cat -u podunit-sync.service")
+            .contains("not reloading")
+            .then_some(())
+    });
+    assert_eq!(reloads(), before);
+}

@@ -42,6 +42,55 @@ pub fn list_dir(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     Ok(out)
 }
 
+/// Refuses a manifest that someone other than root could have written, as sshd's StrictModes
+/// refuses such authorized_keys: the file (or what its symlink points to, which must stay in the
+/// same directory), its directory, and the directories above it up to `root`, must be owned by
+/// root and not writable by group or others. Whatever runs from these files runs as root.
+pub fn check_trusted(root: &Path, dir: &Path, file: &Path) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let unsafe_owner = |p: &Path| -> Result<(), String> {
+        let m = std::fs::metadata(p).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
+        if m.uid() != 0 {
+            return Err(format!(
+                "{} is owned by uid {}, not root",
+                p.display(),
+                m.uid()
+            ));
+        }
+        if m.mode() & 0o022 != 0 {
+            return Err(format!(
+                "{} is writable by group or others (mode {:o})",
+                p.display(),
+                m.mode() & 0o7777
+            ));
+        }
+        Ok(())
+    };
+    let link = std::fs::symlink_metadata(file).map_err(|e| format!("cannot read: {e}"))?;
+    if link.file_type().is_symlink() {
+        let target = std::fs::canonicalize(file).map_err(|e| format!("dangling symlink: {e}"))?;
+        let home = std::fs::canonicalize(dir)
+            .map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+        if target.parent() != Some(home.as_path()) {
+            return Err(format!(
+                "symlink leads out of {} (to {})",
+                dir.display(),
+                target.display()
+            ));
+        }
+    }
+    unsafe_owner(file)?;
+    let mut d = Some(dir);
+    while let Some(p) = d {
+        unsafe_owner(p)?;
+        if p == root || !p.starts_with(root) {
+            break;
+        }
+        d = p.parent();
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

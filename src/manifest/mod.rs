@@ -60,6 +60,11 @@ impl Catalog {
                     for f in files {
                         // Units and messages name the host path, not the test root's.
                         let shown = Path::new("/").join(f.strip_prefix(&paths.root).unwrap_or(&f));
+                        if let Err(why) = discover::check_trusted(&paths.root, &dir, &f) {
+                            c.problems
+                                .push(Problem::error(&shown, format!("refused: {why}")));
+                            continue;
+                        }
                         c.add_file_as(&f, &shown, source);
                     }
                 }

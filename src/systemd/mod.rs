@@ -8,7 +8,7 @@ pub mod props;
 use crate::unitstate::{ListedUnit, UnitState};
 use std::collections::HashMap;
 use std::fmt;
-use zbus::blocking::{Connection, MessageIterator, Proxy};
+use zbus::blocking::{Connection, MessageIterator};
 use zbus::message::Type as MsgType;
 use zbus::zvariant::{OwnedObjectPath, OwnedValue};
 
@@ -86,50 +86,70 @@ impl Client {
         })
     }
 
-    fn manager(&self) -> Result<Proxy<'static>, Error> {
-        ctx(
-            "Manager proxy",
-            Proxy::new(&self.conn, DEST, MANAGER_PATH, MANAGER_IFACE),
-        )
+    /// One method call. Plain calls, no proxies: a zbus proxy would fetch and track the
+    /// properties of the object it stands for, which costs a round trip per call site.
+    fn call<B, R>(
+        &self,
+        what: String,
+        path: &str,
+        iface: &str,
+        method: &str,
+        body: &B,
+    ) -> Result<R, Error>
+    where
+        B: serde::Serialize + zbus::zvariant::DynamicType,
+        R: for<'d> zbus::zvariant::DynamicDeserialize<'d>,
+    {
+        let msg = ctx(
+            what.clone(),
+            self.conn
+                .call_method(Some(DEST), path, Some(iface), method, body),
+        )?;
+        let body = msg.body();
+        ctx(what, body.deserialize::<R>())
+    }
+
+    fn manager<B, R>(&self, what: String, method: &str, body: &B) -> Result<R, Error>
+    where
+        B: serde::Serialize + zbus::zvariant::DynamicType,
+        R: for<'d> zbus::zvariant::DynamicDeserialize<'d>,
+    {
+        self.call(what, MANAGER_PATH, MANAGER_IFACE, method, body)
     }
 
     /// Opens the signal stream first, then subscribes, so no signal after this call is missed.
-    pub fn events(&self) -> Result<Events, Error> {
-        let rule = ctx(
-            "match rule",
-            zbus::MatchRule::builder()
-                .msg_type(MsgType::Signal)
-                .path_namespace(MANAGER_PATH)
-                .map(|b| b.build()),
-        )?;
+    /// `unit_changes`: also every unit's PropertiesChanged (status reporting); without it only
+    /// the manager's own signals (Reloading, JobRemoved) are delivered, which is all reconcile needs.
+    pub fn events(&self, unit_changes: bool) -> Result<Events, Error> {
+        let builder = zbus::MatchRule::builder()
+            .msg_type(MsgType::Signal)
+            .path_namespace(MANAGER_PATH);
+        let builder = ctx("match rule", builder)?;
+        let rule = if unit_changes {
+            builder.build()
+        } else {
+            ctx("match rule", builder.interface(MANAGER_IFACE))?.build()
+        };
         let iter = ctx(
             "AddMatch",
             MessageIterator::for_match_rule(rule, &self.conn, Some(4096)),
         )?;
-        ctx(
-            "Subscribe",
-            self.manager()?.call::<_, _, ()>("Subscribe", &()),
-        )?;
+        self.manager::<_, ()>("Subscribe".into(), "Subscribe", &())?;
         Ok(Events { iter })
     }
 
     /// `ListUnitsByPatterns([], [pattern])`: every loaded unit matching, in any state.
     pub fn list_units(&self, pattern: &str) -> Result<Vec<ListedUnit>, Error> {
-        let rows: Vec<props::ListRow> = ctx(
+        let rows: Vec<props::ListRow> = self.manager(
+            "ListUnitsByPatterns".into(),
             "ListUnitsByPatterns",
-            self.manager()?.call(
-                "ListUnitsByPatterns",
-                &(Vec::<String>::new(), vec![pattern.to_string()]),
-            ),
+            &(Vec::<String>::new(), vec![pattern.to_string()]),
         )?;
         Ok(rows.iter().map(props::listed).collect())
     }
 
     fn job(&self, method: &str, unit: &str) -> Result<OwnedObjectPath, Error> {
-        ctx(
-            format!("{method} {unit}"),
-            self.manager()?.call(method, &(unit, MODE)),
-        )
+        self.manager(format!("{method} {unit}"), method, &(unit, MODE))
     }
 
     pub fn start(&self, unit: &str) -> Result<OwnedObjectPath, Error> {
@@ -149,28 +169,26 @@ impl Client {
     }
 
     pub fn reset_failed(&self, unit: &str) -> Result<(), Error> {
-        ctx(
+        self.manager(
             format!("ResetFailedUnit {unit}"),
-            self.manager()?
-                .call::<_, _, ()>("ResetFailedUnit", &(unit,)),
+            "ResetFailedUnit",
+            &(unit,),
         )
     }
 
     /// `daemon-reload`. Returns once systemd has reloaded.
     pub fn reload(&self) -> Result<(), Error> {
-        ctx("Reload", self.manager()?.call::<_, _, ()>("Reload", &()))
+        self.manager("Reload".into(), "Reload", &())
     }
 
     /// `FragmentPath` of a unit: empty when it has no unit file.
     pub fn fragment_path(&self, unit: &str) -> Result<String, Error> {
-        let path = props::unit_path(unit);
-        let p = ctx(
-            format!("Properties proxy {unit}"),
-            Proxy::new(&self.conn, DEST, path, PROPS_IFACE),
-        )?;
-        let v: OwnedValue = ctx(
+        let v: OwnedValue = self.call(
             format!("Get FragmentPath {unit}"),
-            p.call("Get", &(UNIT_IFACE, "FragmentPath")),
+            &props::unit_path(unit),
+            PROPS_IFACE,
+            "Get",
+            &(UNIT_IFACE, "FragmentPath"),
         )?;
         let mut m = HashMap::new();
         m.insert("FragmentPath".to_string(), v);
@@ -178,14 +196,12 @@ impl Client {
     }
 
     fn get_all(&self, unit: &str, iface: &str) -> Result<HashMap<String, OwnedValue>, Error> {
-        let path = props::unit_path(unit);
-        let p = ctx(
-            format!("Properties proxy {unit}"),
-            Proxy::new(&self.conn, DEST, path, PROPS_IFACE),
-        )?;
-        ctx(
+        self.call(
             format!("GetAll {iface} {unit}"),
-            p.call("GetAll", &(iface,)),
+            &props::unit_path(unit),
+            PROPS_IFACE,
+            "GetAll",
+            &(iface,),
         )
     }
 

@@ -183,7 +183,8 @@ fn one(
         un.trusted(if *sidecar { "Wants" } else { "Requires" }, prev.clone());
         un.trusted("After", prev.clone());
     }
-    if ctx.node.private_network && spec.host_network != Some(true) {
+    let private_net = ctx.node.private_network && spec.host_network != Some(true);
+    if private_net {
         un.trusted("JoinsNamespaceOf", ctx.pod_unit);
     }
     // Never give up restarting (kubelet semantics): no start rate limit.
@@ -213,9 +214,12 @@ fn one(
             if pod_policy != "Never" && !later.is_empty() {
                 // A failed run has already failed the start jobs of what follows it; once a retry
                 // succeeds, start them again (a no-op for those already starting).
+                // `+`: with the manager's privileges, outside the container's user, root and
+                // sandbox (which may have no systemctl and no right to start units); `-`: a
+                // failure here is not the init container's.
                 svc.trusted(
                     "ExecStartPost",
-                    format!("-systemctl --no-block start {}", later.join(" ")),
+                    format!("+-systemctl --no-block start {}", later.join(" ")),
                 );
             }
         }
@@ -280,7 +284,8 @@ fn one(
         {
             svc.add(
                 "ExecStartPost",
-                Value::Exec(cmd.iter().map(|s| cenv.expand_arg(s)).collect()),
+                // The kubelet runs hook commands as written: no $(VAR) expansion.
+                Value::Exec(cmd.iter().map(Arg::text).collect()),
             );
         }
         if let Some(cmd) = lc
@@ -289,10 +294,7 @@ fn one(
             .and_then(|h| h.exec.as_ref())
             .and_then(|e| e.command.as_ref())
         {
-            svc.add(
-                "ExecStop",
-                Value::Exec(cmd.iter().map(|s| cenv.expand_arg(s)).collect()),
-            );
+            svc.add("ExecStop", Value::Exec(cmd.iter().map(Arg::text).collect()));
         }
     }
     if let Some(wd) = c.working_dir.as_deref().filter(|w| !w.is_empty()) {
@@ -310,7 +312,9 @@ fn one(
         faults.push(f);
     }
     // Resources.
-    if let Err(f) = resources::apply(svc, c.resources.as_ref(), &format!("{path}.resources")) {
+    if let Err(f) =
+        resources::apply_container(svc, c.resources.as_ref(), &format!("{path}.resources"))
+    {
         faults.push(f);
     }
 
@@ -328,10 +332,27 @@ fn one(
     }
 
     // Stopping: SIGTERM to the main process, then SIGKILL to all after the grace period.
-    let grace = spec.termination_grace_period_seconds.unwrap_or(30);
+    // The kubelet never waits less than 2 s; `TimeoutStopSec=0` would mean "wait forever".
+    let grace = spec.termination_grace_period_seconds.unwrap_or(30).max(2);
     svc.trusted("KillMode", "mixed");
-    svc.trusted("KillSignal", "SIGTERM");
+    let signal = c
+        .lifecycle
+        .as_ref()
+        .and_then(|l| l.stop_signal.as_deref())
+        .unwrap_or("SIGTERM");
+    match super::security::stop_signal(signal) {
+        Some(sig) => {
+            svc.trusted("KillSignal", sig);
+        }
+        None => faults.push(Fault::new(
+            format!("{path}.lifecycle.stopSignal"),
+            format!("{signal:?} is not a signal"),
+        )),
+    }
     svc.trusted("TimeoutStopSec", format!("{grace}s"));
+    if private_net {
+        svc.trusted("PrivateNetwork", "yes");
+    }
     svc.trusted("SendSIGKILL", "yes");
     svc.add(
         "SyslogIdentifier",

@@ -54,7 +54,11 @@ pub fn field_value(pod: &Pod, node: &NodeFacts, path: &str) -> Option<String> {
         "metadata.uid" => m.uid.clone().unwrap_or_default(),
         "spec.nodeName" => node.node_name.clone(),
         "spec.serviceAccountName" => spec
-            .and_then(|s| s.service_account_name.clone())
+            .and_then(|s| {
+                s.service_account_name
+                    .clone()
+                    .or_else(|| s.service_account.clone())
+            })
             .unwrap_or_else(|| "default".into()),
         "metadata.labels" => crate::plan::format_map(m.labels.as_ref().unwrap_or(&BTreeMap::new())),
         "metadata.annotations" => {

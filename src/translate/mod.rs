@@ -174,6 +174,14 @@ pub fn translate(
     u.add("Description", Value::Plain(format!("Pod {ns}/{name}")));
     u.add("SourcePath", Value::Path(source.clone()));
     let sl = s.section("Slice");
+    if spec
+        .resources
+        .as_ref()
+        .and_then(|r| resources::cpu_request(Some(r)))
+        .is_none()
+    {
+        sl.trusted("CPUWeight", resources::pod_cpu_weight(spec).to_string());
+    }
     if let Err(f) = resources::apply(sl, spec.resources.as_ref(), "spec.resources") {
         return Err(vec![fault(f)]);
     }

@@ -8,8 +8,38 @@ use k8s_openapi::api::core::v1::ResourceRequirements;
 /// The kubelet's cpu.shares from a request (MilliCPUToShares), then its cgroup v2 weight
 /// (CpuSharesToCpuWeight): 100m -> shares 102 -> weight 4.
 pub fn cpu_weight(millis: u64) -> u64 {
-    let shares = (millis * 1024 / 1000).max(2);
+    // MinShares 2, MaxShares 262144, as the kubelet clamps them.
+    let shares = (millis.saturating_mul(1024) / 1000).clamp(2, 262_144);
     1 + ((shares - 2) * 9999) / 262142
+}
+
+/// The cpu request of `r` in millicores (a missing request defaults to the limit).
+pub fn cpu_request(r: Option<&ResourceRequirements>) -> Option<u64> {
+    let r = r?;
+    let q = r
+        .requests
+        .as_ref()
+        .and_then(|m| m.get("cpu"))
+        .or(r.limits.as_ref().and_then(|m| m.get("cpu")))?;
+    quantity::cpu_millis(&q.0).ok()
+}
+
+/// The pod slice's weight: the kubelet gives the pod cgroup the sum of its containers' requests
+/// (init containers run alone, so the larger of the two counts).
+pub fn pod_cpu_weight(spec: &k8s_openapi::api::core::v1::PodSpec) -> u64 {
+    let apps: u64 = spec
+        .containers
+        .iter()
+        .filter_map(|c| cpu_request(c.resources.as_ref()))
+        .sum();
+    let init = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .filter_map(|c| cpu_request(c.resources.as_ref()))
+        .max()
+        .unwrap_or(0);
+    cpu_weight(apps.max(init))
 }
 
 /// `CPUQuota=` from a limit: 1 cpu = 100%, rounded up to whole percent as systemd needs.
@@ -45,6 +75,20 @@ pub fn apply(sec: &mut Section, r: Option<&ResourceRequirements>, path: &str) ->
     Ok(())
 }
 
+/// A container's settings: as [`apply`], and without a cpu request the kubelet's minimum weight
+/// (shares 2), not systemd's default of 100.
+pub fn apply_container(
+    sec: &mut Section,
+    r: Option<&ResourceRequirements>,
+    path: &str,
+) -> Result<(), Fault> {
+    apply(sec, r, path)?;
+    if cpu_request(r).is_none() {
+        sec.trusted("CPUWeight", cpu_weight(0).to_string());
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -54,6 +98,8 @@ mod tests {
         assert_eq!(cpu_weight(100), 4);
         assert_eq!(cpu_weight(1000), 39);
         assert_eq!(cpu_weight(1), 1);
+        assert_eq!(cpu_weight(0), 1);
+        assert_eq!(cpu_weight(1_000_000), 10000, "capped at MaxShares");
         assert_eq!(cpu_quota(500), "50%");
         assert_eq!(cpu_quota(2000), "200%");
         assert_eq!(cpu_quota(1), "1%");

@@ -201,15 +201,8 @@ pub fn apply(
         }
     }
     caps.sort();
-    // An empty value would reset the set to "everything": `~` with no names does the opposite.
-    svc.trusted(
-        "CapabilityBoundingSet",
-        if caps.is_empty() {
-            "~".to_string()
-        } else {
-            caps.join(" ")
-        },
-    );
+    // An empty value is the empty set (`~` alone would be every capability).
+    svc.trusted("CapabilityBoundingSet", caps.join(" "));
     if id.uid.unwrap_or(0) != 0 && !caps.is_empty() {
         // A non-root process keeps added capabilities only as ambient ones.
         let added: Vec<&String> = caps
@@ -246,6 +239,12 @@ pub fn apply(
             svc.trusted("SystemCallFilter", RUNTIME_DEFAULT_DENY);
             svc.trusted("SystemCallArchitectures", "native");
             svc.trusted("SystemCallErrorNumber", "EPERM");
+            // The runtimes' default profile also refuses new namespaces (without CAP_SYS_ADMIN)
+            // and personality changes.
+            if !caps.iter().any(|c| c == "CAP_SYS_ADMIN") {
+                svc.trusted("RestrictNamespaces", "yes");
+            }
+            svc.trusted("LockPersonality", "yes");
         }
         None | Some("Unconfined") => {}
         Some(other) => {
@@ -256,15 +255,71 @@ pub fn apply(
         }
     }
     // What every unprivileged container gets, as a container runtime would give it: its own /tmp,
-    // read-only kernel tunables, no module loading, no kernel log, a read-only cgroup tree.
-    for key in [
-        "PrivateTmp",
-        "ProtectKernelTunables",
-        "ProtectKernelModules",
-        "ProtectKernelLogs",
-        "ProtectControlGroups",
-    ] {
-        svc.add(key, Value::Trusted("yes".into()));
+    // a read-only cgroup tree, a hostname it cannot change, other users' processes out of sight.
+    svc.add("PrivateTmp", Value::Trusted("yes".into()));
+    svc.add("ProtectControlGroups", Value::Trusted("yes".into()));
+    svc.add("ProtectHostname", Value::Trusted("yes".into()));
+    svc.add("ProtectProc", Value::Trusted("invisible".into()));
+    if !caps.iter().any(|c| c == "CAP_SYS_TIME") {
+        svc.add("ProtectClock", Value::Trusted("yes".into()));
+    }
+    if sc.and_then(|c| c.allow_privilege_escalation) == Some(false) {
+        svc.add("RestrictSUIDSGID", Value::Trusted("yes".into()));
+    }
+    // Its own IPC namespace and mount table, as every pod has.
+    svc.add("PrivateIPC", Value::Trusted("yes".into()));
+    svc.add("PrivateMounts", Value::Trusted("yes".into()));
+    // Read-only kernel tunables, no module loading, no kernel log. For a non-root user systemd
+    // implies NoNewPrivileges= with these, which Kubernetes only sets for
+    // allowPrivilegeEscalation: false; so a non-root container that may escalate (setuid
+    // programs) goes without them, as its missing capabilities already keep it from the kernel.
+    let may_escalate = sc.and_then(|c| c.allow_privilege_escalation) != Some(false);
+    if id.uid.unwrap_or(0) == 0 || !may_escalate {
+        for key in [
+            "ProtectKernelTunables",
+            "ProtectKernelModules",
+            "ProtectKernelLogs",
+        ] {
+            svc.add(key, Value::Trusted("yes".into()));
+        }
     }
     Ok(())
+}
+
+/// `lifecycle.stopSignal` (`SIGTERM`, `SIGUSR1`, ...) as systemd's `KillSignal=` accepts it.
+pub fn stop_signal(name: &str) -> Option<&'static str> {
+    const SIGNALS: &[&str] = &[
+        "SIGABRT",
+        "SIGALRM",
+        "SIGBUS",
+        "SIGCHLD",
+        "SIGCONT",
+        "SIGFPE",
+        "SIGHUP",
+        "SIGILL",
+        "SIGINT",
+        "SIGIO",
+        "SIGKILL",
+        "SIGPIPE",
+        "SIGPROF",
+        "SIGPWR",
+        "SIGQUIT",
+        "SIGSEGV",
+        "SIGSTKFLT",
+        "SIGSTOP",
+        "SIGSYS",
+        "SIGTERM",
+        "SIGTRAP",
+        "SIGTSTP",
+        "SIGTTIN",
+        "SIGTTOU",
+        "SIGURG",
+        "SIGUSR1",
+        "SIGUSR2",
+        "SIGVTALRM",
+        "SIGWINCH",
+        "SIGXCPU",
+        "SIGXFSZ",
+    ];
+    SIGNALS.iter().copied().find(|s| *s == name)
 }

@@ -85,6 +85,8 @@ say "# podunit status hello"
 inside podunit status hello || rc=$?
 say "# podunit logs shared-volume -c reader"
 inside podunit logs shared-volume -c reader || rc=$?
+say "# podunit logs greeter"
+inside podunit logs greeter || rc=$?
 say "# systemctl list-units 'podunit*'"
 inside systemctl --no-pager list-units --all 'podunit*' || rc=$?
 exit $rc

@@ -24,6 +24,8 @@ const DEFAULT_TMPDIR: &str = "/var/tmp";
 pub const PROBE_DIR: &str = "/srv/probe";
 /// Inside the machine: where the host's cgroup v1 controller directories are bound (see below).
 const CGROUP_STAGING: &str = "/var/lib/podunit-test/cgroup";
+/// Inside the machine: PID 1 on cgroup v1 hosts, see `CgroupFixup`.
+const INIT: &str = "/usr/local/sbin/podunit-test-init";
 /// cgroup v1 controllers a pod's limits need; see `CgroupFixup`.
 const V1_CONTROLLERS: &[&str] = &["memory", "cpu", "cpuacct", "pids"];
 
@@ -61,10 +63,69 @@ pub fn rootfs() -> PathBuf {
         .clone()
 }
 
+fn tmpdir() -> PathBuf {
+    std::env::var_os("PODUNIT_TEST_TMPDIR")
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_TMPDIR))
+}
+
+/// Removes what earlier test runs that died without unwinding (Ctrl-C, SIGKILL) left behind:
+/// their machines' copies and cgroups, found by the dead test process's PID in their names.
+/// Machines of live runs (other test binaries running now) are left alone.
+fn sweep_stale() {
+    let alive = |pid: &str| Path::new(&format!("/proc/{pid}")).exists();
+    let dead_pid = |name: &str| -> Option<String> {
+        let rest = name.strip_prefix("podunit-e2e-pu-")?;
+        let pid = rest.split('-').next()?;
+        (pid.parse::<u32>().is_ok() && !alive(pid)).then(|| pid.to_string())
+    };
+    if let Ok(rd) = fs::read_dir(tmpdir()) {
+        for e in rd.flatten() {
+            let name = e.file_name().to_string_lossy().to_string();
+            // A machine whose nspawn still runs (its test was SIGKILLed) is left for its owner.
+            if dead_pid(&name).is_some() && !in_use(&e.path()) {
+                let _ = fs::remove_dir_all(e.path());
+            }
+        }
+    }
+    // cgroup directories: podunit-e2e-pu-<pid>-... a few levels below each v1 hierarchy.
+    fn walk(dir: &Path, depth: usize, found: &mut Vec<PathBuf>, dead: &dyn Fn(&str) -> bool) {
+        let Ok(rd) = fs::read_dir(dir) else { return };
+        for e in rd.flatten() {
+            if !e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                continue;
+            }
+            let name = e.file_name().to_string_lossy().to_string();
+            if dead(&name) {
+                found.push(e.path());
+            } else if depth > 0 && !name.starts_with("podunit-e2e-") {
+                walk(&e.path(), depth - 1, found, dead);
+            }
+        }
+    }
+    let mut found = Vec::new();
+    for ctrl in V1_CONTROLLERS {
+        walk(
+            &Path::new("/sys/fs/cgroup").join(ctrl),
+            3,
+            &mut found,
+            &|n| dead_pid(n).is_some(),
+        );
+    }
+    for d in found {
+        CgroupFixup {
+            dirs: vec![(String::new(), d)],
+        }
+        .remove();
+    }
+}
+
 /// Fails (never skips) when this host cannot boot machines.
 fn preflight() {
     static ONCE: OnceLock<()> = OnceLock::new();
     ONCE.get_or_init(|| {
+        sweep_stale();
         let status = fs::read_to_string("/proc/self/status").expect("read /proc/self/status");
         let euid = status
             .lines()
@@ -127,10 +188,12 @@ pub fn binaries() -> &'static Binaries {
 /// systemd-nspawn mounts the memory/cpu/pids hierarchies read-only in the machine, so the machine's
 /// systemd cannot apply MemoryMax=/CPUQuota=/TasksMax= and limits would silently not exist.
 /// Workaround: start nspawn inside fresh child cgroups of its own, bind those (writable) into the
-/// machine, mount them over the read-only ones after boot and re-execute the machine's systemd so it
-/// picks them up. The machine's cgroup namespace is rooted at exactly these directories, so the
-/// paths systemd sees stay consistent. On a cgroup v2 host nspawn delegates properly and none of
-/// this happens.
+/// machine, and boot through a tiny init (`podunit-test-init`) that mounts them over the read-only
+/// hierarchies and then execs systemd as PID 1. systemd decides at startup which controllers it can
+/// use, so this must happen before it runs (a later `daemon-reexec` would also re-run generators and
+/// hide what happens at boot). The machine's cgroup namespace is rooted at exactly these
+/// directories, so the paths systemd sees stay consistent. On a cgroup v2 host nspawn delegates
+/// properly, none of this happens and the machine boots with plain `--boot`.
 struct CgroupFixup {
     /// (controller mount name, host directory created for this machine)
     dirs: Vec<(String, PathBuf)>,
@@ -184,13 +247,15 @@ impl CgroupFixup {
             .collect()
     }
 
-    /// Run inside the booted machine.
-    fn script(&self) -> String {
-        let mut s = String::from("set -e\n");
+    /// PID 1 of the machine: mounts the writable controllers, then becomes systemd.
+    fn init_script(&self) -> String {
+        let mut s = String::from(
+            "#!/bin/sh\n# podunit e2e harness: writable cgroup v1 controllers, then systemd.\n",
+        );
         for (m, _) in &self.dirs {
-            s += &format!("mount --bind {CGROUP_STAGING}/{m} /sys/fs/cgroup/{m}\n");
+            s += &format!("mount --bind {CGROUP_STAGING}/{m} /sys/fs/cgroup/{m} || exit 1\n");
         }
-        s += "systemctl daemon-reexec\n";
+        s += "exec /lib/systemd/systemd \"$@\"\n";
         s
     }
 
@@ -244,10 +309,7 @@ impl Machine {
             .take(40)
             .collect();
         let name = format!("pu-{}-{seq}-{clean}", std::process::id());
-        let tmp = std::env::var_os("PODUNIT_TEST_TMPDIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from(DEFAULT_TMPDIR));
-        let dir = tmp.join(format!("podunit-e2e-{name}"));
+        let dir = tmpdir().join(format!("podunit-e2e-{name}"));
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir).expect("create machine dir");
         let root = dir.join("root");
@@ -271,6 +333,11 @@ impl Machine {
         }
         m.prepare();
         m.cgroups = CgroupFixup::new(&m.name);
+        if let Some(cg) = &m.cgroups {
+            let init = m.root.join(INIT.trim_start_matches('/'));
+            fs::write(&init, cg.init_script()).unwrap();
+            fs::set_permissions(&init, fs::Permissions::from_mode(0o755)).unwrap();
+        }
         m.start();
         m
     }
@@ -382,7 +449,6 @@ impl Machine {
             "--quiet".into(),
             "-D".into(),
             self.root.display().to_string(),
-            "--boot".into(),
             "--register=no".into(),
             "--keep-unit".into(),
             format!("--machine={}", self.name),
@@ -394,6 +460,11 @@ impl Machine {
         if let Some(cg) = &self.cgroups {
             nspawn_args.extend(cg.nspawn_args());
             procs = cg.procs_files();
+            // What --boot does, with our init in front of systemd (see CgroupFixup).
+            nspawn_args.push("--kill-signal=SIGRTMIN+3".into());
+            nspawn_args.push(INIT.into());
+        } else {
+            nspawn_args.push("--boot".into());
         }
         // A shell moves itself into the machine's cgroups, then becomes nspawn (no unsafe pre_exec).
         let child = Command::new("/bin/sh")
@@ -430,7 +501,7 @@ impl Machine {
             sleep(Duration::from_millis(50));
         };
         // Right after PID 1 appears its bus socket may not exist yet: systemctl then prints
-        // nothing and fails, so ask again until it answers.
+        // nothing (or "offline") and fails, so ask again until it answers.
         let state = loop {
             let out = self.exec(&[
                 "timeout",
@@ -440,7 +511,8 @@ impl Machine {
                 "--wait",
             ]);
             let state = String::from_utf8_lossy(&out.stdout).trim().to_string();
-            if !state.is_empty() || Instant::now() > deadline {
+            // Early in boot it may also say "offline" (no manager reachable yet): ask again.
+            if state == "running" || state == "degraded" || Instant::now() > deadline {
                 break state;
             }
             sleep(Duration::from_millis(100));
@@ -450,10 +522,6 @@ impl Machine {
             "machine did not finish booting: {state:?}\n{}",
             self.console()
         );
-        if let Some(cg) = &self.cgroups {
-            let script = cg.script();
-            self.sh_ok(&script);
-        }
     }
 
     /// Reboots the machine (`systemctl reboot` inside; nspawn exits and is started again on the same
@@ -633,6 +701,19 @@ impl Drop for Machine {
             let _ = fs::remove_dir_all(&self.dir);
         }
     }
+}
+
+/// Whether a running process names `dir` on its command line (a machine's nspawn does).
+fn in_use(dir: &Path) -> bool {
+    let needle = dir.to_string_lossy().to_string();
+    let Ok(rd) = fs::read_dir("/proc") else {
+        return false;
+    };
+    rd.flatten().any(|e| {
+        fs::read(e.path().join("cmdline"))
+            .map(|c| String::from_utf8_lossy(&c).contains(&needle))
+            .unwrap_or(false)
+    })
 }
 
 /// A direct child of `parent` whose command name is `comm`.

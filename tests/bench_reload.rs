@@ -1,0 +1,173 @@
+//! `make bench`: time from `systemctl daemon-reload` to every container running, for 1, 10 and
+//! 100 pods, next to the same for hand-written equivalent units started by hand right after the
+//! reload (the floor: systemd's own cost). Runs on the nspawn harness (root, systemd-nspawn).
+//!
+//! Both sides are measured with systemd's own clock: t0 is the wall clock just before the reload
+//! (taken inside the machine), the end is the latest `ActiveEnterTimestamp` of the container
+//! units, so polling latency never counts.
+
+mod support;
+
+use podunit::systemd::props::unit_path;
+use std::time::Duration;
+use support::nspawn::Machine;
+
+const SIZES: [usize; 3] = [1, 10, 100];
+const ROUNDS: usize = 3;
+const LIMIT: Duration = Duration::from_secs(300);
+
+fn pod_manifest(i: usize) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p{i}\n  namespace: bench\nspec:\n  containers:\n  - name: c\n    image: host\n    command: [\"/bin/sleep\", \"infinity\"]\n"
+    )
+}
+
+/// What the generator makes of a pod, reduced to what systemd must do: a slice, a oneshot pod
+/// unit, a container service bound to it.
+fn floor_units(i: usize) -> Vec<(String, String)> {
+    vec![
+        (
+            format!("floor{i}.slice"),
+            "[Unit]\nDescription=floor pod\n".to_string(),
+        ),
+        (
+            format!("floor{i}.service"),
+            format!(
+                "[Unit]\nDescription=floor pod\n[Service]\nType=oneshot\nRemainAfterExit=yes\nSlice=floor{i}.slice\nExecStart=/bin/true\n"
+            ),
+        ),
+        (
+            format!("floor{i}-c.service"),
+            format!(
+                "[Unit]\nRequires=floor{i}.service\nAfter=floor{i}.service\nPartOf=floor{i}.service\n[Service]\nType=exec\nSlice=floor{i}.slice\nExecStart=/bin/sleep infinity\n"
+            ),
+        ),
+    ]
+}
+
+/// Writes files inside the machine in one go.
+fn write_all(m: &Machine, dir: &str, files: &[(String, String)]) {
+    let mut script = format!("set -e; mkdir -p {dir}\n");
+    for (name, body) in files {
+        script.push_str(&format!("cat > {dir}/{name} <<'EOF'\n{body}EOF\n"));
+    }
+    m.sh_ok(&script);
+}
+
+fn now_us(m: &Machine) -> u64 {
+    m.sh_ok("date +%s%6N").trim().parse().expect("date")
+}
+
+/// Waits until every unit is active; returns the latest ActiveEnterTimestamp (µs).
+fn all_active_at(m: &Machine, units: &[String]) -> u64 {
+    let script: String = units
+        .iter()
+        .map(|u| {
+            format!(
+                "busctl get-property org.freedesktop.systemd1 {} org.freedesktop.systemd1.Unit ActiveState ActiveEnterTimestamp\n",
+                unit_path(u)
+            )
+        })
+        .collect();
+    m.wait_for("all containers running", LIMIT, || {
+        let out = m.sh_ok(&script);
+        let mut latest = 0u64;
+        let mut lines = out.lines();
+        for _ in units {
+            let state = lines.next()?;
+            let ts = lines.next()?;
+            if state.trim() != "s \"active\"" {
+                return None;
+            }
+            latest = latest.max(ts.trim().strip_prefix("t ")?.parse().ok()?);
+        }
+        Some(latest)
+    })
+}
+
+fn wait_gone(m: &Machine, pattern: &str) {
+    m.wait_for("units to be gone", LIMIT, || {
+        let out = m.sh_ok(&format!(
+            "systemctl list-units --all --no-legend --plain '{pattern}' | wc -l"
+        ));
+        (out.trim() == "0").then_some(())
+    });
+}
+
+fn podunit_round(m: &Machine, n: usize) -> f64 {
+    let files: Vec<(String, String)> = (0..n)
+        .map(|i| (format!("p{i}.yaml"), pod_manifest(i)))
+        .collect();
+    write_all(m, "/etc/pods.d", &files);
+    let units: Vec<String> = (0..n)
+        .map(|i| podunit::naming::container_service("bench", &format!("p{i}"), "c"))
+        .collect();
+    let t0 = now_us(m);
+    m.sh_ok("systemctl daemon-reload");
+    let end = all_active_at(m, &units);
+    m.sh_ok("rm -f /etc/pods.d/p*.yaml && systemctl daemon-reload");
+    wait_gone(m, "podunit-bench_*");
+    (end.saturating_sub(t0)) as f64 / 1000.0
+}
+
+fn floor_round(m: &Machine, n: usize) -> f64 {
+    let files: Vec<(String, String)> = (0..n).flat_map(floor_units).collect();
+    write_all(m, "/etc/systemd/system", &files);
+    let units: Vec<String> = (0..n).map(|i| format!("floor{i}-c.service")).collect();
+    let t0 = now_us(m);
+    m.sh_ok(&format!(
+        "systemctl daemon-reload && systemctl start --no-block {}",
+        units.join(" ")
+    ));
+    let end = all_active_at(m, &units);
+    m.sh_ok(&format!(
+        "systemctl stop {} && rm -f /etc/systemd/system/floor* && systemctl daemon-reload",
+        (0..n)
+            .map(|i| format!("floor{i}.service floor{i}.slice"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    ));
+    wait_gone(m, "floor*");
+    (end.saturating_sub(t0)) as f64 / 1000.0
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).expect("no NaN"));
+    v[v.len() / 2]
+}
+
+fn main() {
+    let m = Machine::boot("bench-reload");
+    if m.read("/usr/lib/systemd/system/podunit-sync.service")
+        .is_none()
+    {
+        m.write(
+            "/etc/systemd/system/podunit-sync.service",
+            b"[Unit]\nAfter=dbus.service\n[Service]\nType=notify\nExecStart=/usr/bin/podunit-sync\n",
+        );
+        m.sh_ok("systemctl daemon-reload");
+    }
+    m.sh_ok("systemctl start podunit-sync.service");
+    println!(
+        "daemon-reload to all containers running (median of {ROUNDS} rounds, ms; {} build)",
+        if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        }
+    );
+    println!(
+        "{:>5}  {:>10}  {:>10}  {:>6}",
+        "pods", "podunit", "floor", "ratio"
+    );
+    for n in SIZES {
+        let mut ours = Vec::new();
+        let mut floor = Vec::new();
+        for _ in 0..ROUNDS {
+            ours.push(podunit_round(&m, n));
+            floor.push(floor_round(&m, n));
+        }
+        let (o, f) = (median(ours), median(floor));
+        println!("{n:>5}  {o:>10.1}  {f:>10.1}  {:>6.2}", o / f);
+    }
+}

@@ -1,0 +1,186 @@
+//! Hostile input and secrets on real systemd (issue 6): what a sandboxed container can do, seen
+//! from inside the process, and where a Secret's value can be found on the node (nowhere but the
+//! process and root-only files).
+//!
+//! Needs root and systemd-nspawn; fails (never skips) without them. Run: `make test-e2e`.
+
+mod support;
+
+use support::nspawn::Machine;
+use support::pods::{Probe, ctr_unit, pod_unit, start_pods, wait_state};
+
+const NS: &str = "default";
+
+#[test]
+fn dropping_all_capabilities_leaves_none_and_restricted_pods_are_sandboxed() {
+    let m = Machine::boot("sandbox");
+    let manifest = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: locked
+spec:
+  securityContext:
+    runAsUser: 4242
+    runAsGroup: 4242
+    runAsNonRoot: true
+    seccompProfile: {type: RuntimeDefault}
+  containers:
+  - name: nocaps
+    image: host
+    command: ["/usr/local/bin/probe"]
+    env: [{name: PROBE, value: sb-nocaps}]
+    securityContext:
+      runAsUser: 0
+      runAsNonRoot: false
+      capabilities: {drop: ["ALL"]}
+  - name: restricted
+    image: host
+    command: ["/bin/sh", "-c"]
+    args:
+    - |
+      if touch /etc/podunit-written 2>/dev/null; then echo writable; else echo read-only; fi > /srv/probe/sb-rootfs
+      if unshare -U true 2>/dev/null; then echo allowed; else echo denied; fi > /srv/probe/sb-unshare
+      exec /usr/local/bin/probe
+    env: [{name: PROBE, value: sb-restricted}]
+    # The root filesystem is read-only; the probe's results go to a writable volume.
+    volumeMounts: [{name: results, mountPath: /srv/probe}]
+    securityContext:
+      allowPrivilegeEscalation: false
+      readOnlyRootFilesystem: true
+      capabilities: {drop: ["ALL"]}
+  volumes:
+  - name: results
+    hostPath: {path: /srv/probe, type: Directory}
+"#;
+    m.sh_ok("mkdir -p /srv/probe && chmod 1777 /srv/probe");
+    m.write("/etc/pods.d/locked.yaml", manifest.as_bytes());
+    start_pods(&m);
+    let nocaps = Probe::new(&m, "sb-nocaps");
+    let restricted = Probe::new(&m, "sb-restricted");
+    nocaps.wait_starts(1);
+    restricted.wait_starts(1);
+
+    // Root, but with an empty bounding set: no capability at all.
+    assert_eq!(nocaps.status("Uid"), "0\t0\t0\t0");
+    assert_eq!(nocaps.status("CapBnd"), "0000000000000000");
+    assert_eq!(nocaps.status("CapEff"), "0000000000000000");
+    assert_eq!(nocaps.status("CapPrm"), "0000000000000000");
+
+    assert_eq!(restricted.status("Uid"), "4242\t4242\t4242\t4242");
+    assert_eq!(restricted.status("CapBnd"), "0000000000000000");
+    assert_eq!(restricted.status("NoNewPrivs"), "1");
+    // 2 = a seccomp filter is installed (RuntimeDefault).
+    assert_eq!(restricted.status("Seccomp"), "2");
+    assert_eq!(
+        m.read_string("/srv/probe/sb-rootfs").as_deref(),
+        Some("read-only\n")
+    );
+    assert_eq!(
+        m.read_string("/srv/probe/sb-unshare").as_deref(),
+        Some("denied\n")
+    );
+    assert!(m.read("/etc/podunit-written").is_none());
+    assert_eq!(
+        m.prop(&ctr_unit(NS, "locked", "restricted"), "ActiveState"),
+        "active"
+    );
+}
+
+#[test]
+fn a_secret_value_is_nowhere_but_in_the_process_and_root_only_files() {
+    let m = Machine::boot("secrets");
+    // Distinctive values, none of which occur anywhere on a fresh machine.
+    let env_secret = "s3cr3t-env-9f2c1d";
+    let file_secret = "s3cr3t-file-7a41be";
+    let manifest = format!(
+        r#"apiVersion: v1
+kind: Secret
+metadata: {{name: creds}}
+stringData:
+  password: {env_secret}
+  key.pem: {file_secret}
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: vault
+spec:
+  securityContext: {{runAsUser: 1234, runAsGroup: 1234}}
+  containers:
+  - name: app
+    image: host
+    command: ["/usr/local/bin/probe"]
+    env:
+    - {{name: PROBE, value: sec-app}}
+    - name: PASSWORD
+      valueFrom: {{secretKeyRef: {{name: creds, key: password}}}}
+    volumeMounts: [{{name: keys, mountPath: /etc/keys}}]
+  volumes:
+  - name: keys
+    secret: {{secretName: creds}}
+"#
+    );
+    m.sh_ok("mkdir -p /srv/probe && chmod 1777 /srv/probe");
+    // The manifest holds the secret: root-only, as an admin should keep it.
+    m.write("/etc/pods.d/vault.yaml", manifest.as_bytes());
+    m.sh_ok("chmod 0600 /etc/pods.d/vault.yaml");
+    start_pods(&m);
+    let p = Probe::new(&m, "sec-app");
+    p.wait_starts(1);
+    assert_eq!(p.env("PASSWORD").as_deref(), Some(env_secret.as_bytes()));
+
+    // The secret volume: on tmpfs, owned by the container's user, 0400 by default.
+    let st = m.sh_ok(&format!(
+        "stat -L -c '%a %u %g' /run/podunit/pods/*/volumes/keys/key.pem; \
+         findmnt -n -o FSTYPE --target /run/podunit; stat -c '%a' /run/podunit/pods/*; \
+         cat /proc/$(systemctl show -P MainPID {})/root/etc/keys/key.pem",
+        ctr_unit(NS, "vault", "app")
+    ));
+    let lines: Vec<&str> = st.lines().collect();
+    assert_eq!(lines[0], "400 1234 1234", "{st}");
+    assert_eq!(lines[1], "tmpfs", "{st}");
+    assert_eq!(lines[2], "700", "{st}");
+    assert_eq!(lines[3], file_secret, "{st}");
+
+    let all_units =
+        "$(systemctl list-units --all --plain --no-legend 'podunit*' | awk '{print $1}')";
+    for (place, cmd) in [
+        ("unit files", "cat /run/systemd/generator/*.service /run/systemd/generator/*.slice /run/systemd/generator/podunit/*".to_string()),
+        ("systemctl show", format!("systemctl show {all_units}")),
+        ("systemctl status", format!("systemctl status --no-pager -l {all_units}")),
+        ("the journal", "journalctl -b --no-pager -o export".to_string()),
+        ("the process list", "ps -eo args; cat /proc/[0-9]*/cmdline | tr '\\0' ' '".to_string()),
+    ] {
+        let out = m.sh(&format!("{{ {cmd}; }} 2>&1"));
+        let text = String::from_utf8_lossy(&out.stdout);
+        for s in [env_secret, file_secret] {
+            assert!(!text.contains(s), "the secret is in {place}");
+        }
+    }
+    // Files holding it anywhere under /run, /var, /etc and /tmp: only root-only ones (and the
+    // admin's manifest) may. (/srv/probe is the test's own record of the process's environment.)
+    let holders = m.sh_ok(&format!(
+        "grep -rlsF -e {env_secret} -e {file_secret} /run /var /etc /tmp 2>/dev/null | \
+         while read -r f; do stat -L -c '%a %U %n' \"$f\"; done"
+    ));
+    for line in holders.lines() {
+        let mode = u32::from_str_radix(line.split(' ').next().unwrap(), 8).unwrap();
+        let owner_only = mode & 0o077 == 0;
+        let in_volume = line.contains("/volumes/keys/");
+        assert!(owner_only, "readable by others: {line}");
+        assert!(line.contains(" root ") || in_volume, "not root's: {line}");
+    }
+
+    // When the pod goes, so do its runtime files.
+    m.sh_ok("rm /etc/pods.d/vault.yaml");
+    m.daemon_reload();
+    wait_state(&m, &pod_unit(NS, "vault"), &["inactive"]);
+    let left = m.sh(&format!(
+        "grep -rlsF -e {env_secret} -e {file_secret} /run /var /etc /tmp"
+    ));
+    assert!(
+        !left.status.success(),
+        "secret left behind: {}",
+        String::from_utf8_lossy(&left.stdout)
+    );
+}
