@@ -26,6 +26,21 @@ pub struct Config {
     pub cluster: ClusterTiming,
     /// What pods may do on this node.
     pub policy: Policy,
+    /// `host` (default): pods share the host's network. `private`: each pod gets a network
+    /// namespace of its own with only loopback, shared by its containers (hostNetwork pods excepted).
+    pub network: Network,
+    /// systemd 254 or newer: restart delays grow like CrashLoopBackOff (`RestartSteps=`,
+    /// `RestartMaxDelaySec=`). systemd 252 knows only a fixed `RestartSec=`.
+    pub restart_backoff_steps: bool,
+}
+
+/// The pods' network.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Network {
+    #[default]
+    Host,
+    Private,
 }
 
 /// Periods of the node agent, in seconds. The defaults are the kubelet's.
@@ -155,5 +170,49 @@ mod tests {
     #[test]
     fn wrong_type_is_an_error() {
         assert!(Config::parse("cluster:\n  leaseRenewSeconds: soon\n").is_err());
+    }
+}
+
+#[cfg(test)]
+mod shipped {
+    use super::*;
+
+    /// The packaged file documents every key with its default: uncommented, it must parse with no
+    /// unknown key and give exactly the defaults, so the file and the code cannot drift apart.
+    #[test]
+    fn the_shipped_config_documents_the_real_keys_and_defaults() {
+        let text = include_str!("../packaging/config.yaml");
+        // A commented setting is `#`, no or two or more spaces of indentation, a key and a colon;
+        // prose (`# ` and text) and nested comments are not.
+        let setting = |l: &str| {
+            let rest = l.strip_prefix('#')?;
+            if rest.starts_with(' ') && !rest.starts_with("  ") {
+                return None;
+            }
+            let key = rest.trim_start();
+            let word: String = key
+                .chars()
+                .take_while(|c| c.is_ascii_alphabetic())
+                .collect();
+            (!word.is_empty() && key[word.len()..].starts_with(':')).then(|| format!("{rest}\n"))
+        };
+        let uncommented: String = text.lines().filter_map(setting).collect();
+        assert!(
+            uncommented.contains("policy:") && uncommented.contains("network: host"),
+            "{uncommented}"
+        );
+        let loaded = Config::parse(&uncommented).expect("the shipped config parses");
+        assert!(
+            loaded.unknown_keys.is_empty(),
+            "unknown keys: {:?}\n{uncommented}",
+            loaded.unknown_keys
+        );
+        let mut want = Config {
+            node_name: Some(String::new()),
+            node_ip: Some(String::new()),
+            ..Config::default()
+        };
+        want.kubeconfig = Some(PathBuf::from("/etc/podunit/kubeconfig"));
+        assert_eq!(loaded.config, want);
     }
 }

@@ -182,5 +182,38 @@ pub fn detect_node(paths: &crate::paths::Paths) -> NodeFacts {
     }
 }
 
+/// Node facts and image resolution as the node configuration sets them. A configuration that
+/// cannot be read is reported (the returned problem) and the defaults are used: a typo there must
+/// not keep every pod from starting.
+pub fn node_setup(paths: &crate::paths::Paths) -> (NodeFacts, FsImages, Option<String>) {
+    let (config, problem) = match crate::config::Config::load(&paths.config_file()) {
+        Ok(l) => {
+            let unknown = (!l.unknown_keys.is_empty()).then(|| {
+                format!(
+                    "{}: unknown keys (ignored): {}",
+                    crate::paths::Paths::CONFIG,
+                    l.unknown_keys.join(", ")
+                )
+            });
+            (l.config, unknown)
+        }
+        Err(e) => (
+            crate::config::Config::default(),
+            Some(format!("{e} (using the defaults)")),
+        ),
+    };
+    let mut node = detect_node(paths);
+    if let Some(n) = config.node_name.as_deref().filter(|n| !n.is_empty()) {
+        node.node_name = n.to_string();
+    }
+    node.private_network = config.network == crate::config::Network::Private;
+    node.restart_steps = config.restart_backoff_steps;
+    let images = FsImages {
+        paths: paths.clone(),
+        host_aliases: config.policy.host_images.clone(),
+    };
+    (node, images, problem)
+}
+
 /// The unit every pod hangs off (shipped by the package, referenced here for symlinks).
 pub const TARGET: &str = naming::TARGET;

@@ -51,6 +51,9 @@ impl Paths {
     pub const STATE: &'static str = "/var/lib/podunit/pods";
     /// Per-pod runtime state on tmpfs (secret/configMap volume files, env files).
     pub const RUNTIME: &'static str = "/run/podunit/pods";
+    /// Service account tokens podunit-sync requested, by pod UID: kept apart from the pod's
+    /// runtime directory, which `pod-cleanup` empties whenever the pod stops.
+    pub const TOKENS: &'static str = "/run/podunit/tokens";
     /// The local image store: `<store>/<escaped reference>/` holds a root filesystem or an image file.
     pub const IMAGES: &'static str = "/var/lib/podunit/images";
     /// Node configuration.

@@ -249,7 +249,7 @@ fn prepare_volume(
             mkdir(&fresh, 0o755)?;
             std::os::unix::fs::chown(&fresh, Some(*uid), Some(*gid)).map_err(io_err(&fresh))?;
             for s in sources {
-                write_source(plan, catalog, &fresh, s, *uid, *gid, *mode)?;
+                write_source(plan, paths, catalog, &fresh, s, *uid, *gid, *mode)?;
             }
             let _ = fs::remove_dir_all(&dir);
             fs::rename(&fresh, &dir).map_err(io_err(&dir))
@@ -325,8 +325,10 @@ fn check_host_path(path: &Path, shown: &str, t: &str) -> Result<(), PrepareError
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn write_source(
     plan: &PodPlan,
+    paths: &Paths,
     catalog: &Catalog,
     dir: &Path,
     s: &FileSource,
@@ -390,7 +392,11 @@ fn write_source(
         } => put(path, content.as_bytes(), *m),
         FileSource::ServiceAccountToken { path, mode: m, .. } => {
             // podunit-sync requests the token from the API server and leaves it here for us.
-            let issued = Path::new(&plan.runtime_dir).join("tokens").join(path);
+            let issued = crate::paths::join_inside(
+                &paths.host(&format!("{}/{}", Paths::TOKENS, plan.uid)),
+                path,
+            )
+            .ok_or_else(|| PrepareError::Escapes { path: path.clone() })?;
             let token = fs::read(&issued).map_err(|_| PrepareError::Missing {
                 what: format!(
                     "service account token {path:?} (issued by podunit-sync in cluster mode)"

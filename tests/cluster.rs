@@ -358,7 +358,7 @@ fn pod_runs_and_status_follows_its_units() {
         "the ConfigMap the pod uses is spooled"
     );
     // The admission plugin gave the pod a kube-api-access volume: its token was requested.
-    let token_dir = env.root.join(format!("host/run/podunit/pods/{uid}/tokens"));
+    let token_dir = env.root.join(format!("host/run/podunit/tokens/{uid}"));
     let token = wait_for("the service account token", || {
         std::fs::read_to_string(token_dir.join("token")).ok()
     });

@@ -41,7 +41,6 @@ spec:
   - name: scratch
     emptyDir:
       medium: Memory
-      sizeLimit: 64Mi
   - name: logs
     hostPath:
       path: /var/log/shop

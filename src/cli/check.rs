@@ -1,7 +1,7 @@
 //! `podunit check [PATH...]` and `podunit render [PATH...]`: the generator's own code, shown.
 
 use crate::diag::Problem;
-use crate::generate::{FsImages, Generated, detect_node, generate, render_text, write_tree};
+use crate::generate::{Generated, generate, node_setup, render_text, write_tree};
 use crate::manifest::Catalog;
 use crate::paths::Paths;
 use std::path::PathBuf;
@@ -33,16 +33,22 @@ pub struct RenderArgs {
 
 fn run_generate(items: &[PathBuf]) -> Generated {
     let paths = Paths::from_env();
+    // Relative paths name files the units must name absolutely (SourcePath=).
+    let cwd = std::env::current_dir().unwrap_or_default();
+    let items: Vec<PathBuf> = items
+        .iter()
+        .map(|p| std::fs::canonicalize(p).unwrap_or_else(|_| cwd.join(p)))
+        .collect();
+    let items = &items[..];
     let catalog = if items.is_empty() {
         Catalog::load(&paths)
     } else {
         Catalog::load_paths(items)
     };
-    let node = detect_node(&paths);
-    let images = FsImages {
-        paths,
-        host_aliases: Vec::new(),
-    };
+    let (node, images, config_problem) = node_setup(&paths);
+    if let Some(p) = config_problem {
+        eprintln!("warning: {p}");
+    }
     generate(&catalog, &node, &images)
 }
 

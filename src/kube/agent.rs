@@ -771,10 +771,7 @@ impl Worker {
     }
 
     fn token_file(&self, uid: &str, path: &str) -> Option<PathBuf> {
-        let dir = self
-            .cfg
-            .paths
-            .host(&format!("{}/{uid}/tokens", Paths::RUNTIME));
+        let dir = self.cfg.paths.host(&format!("{}/{uid}", Paths::TOKENS));
         crate::paths::join_inside(&dir, path)
     }
 
@@ -1088,7 +1085,7 @@ impl Worker {
         }
         let uid = uid_of(&rec.pod);
         if !uid.is_empty() && !uid.contains('/') && !uid.contains("..") {
-            for base in [Paths::STATE, Paths::RUNTIME] {
+            for base in [Paths::STATE, Paths::RUNTIME, Paths::TOKENS] {
                 let _ = std::fs::remove_dir_all(self.cfg.paths.host(&format!("{base}/{uid}")));
             }
         }

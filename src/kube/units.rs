@@ -84,7 +84,7 @@ impl Dbus {
     pub fn connect() -> Result<Dbus, String> {
         let client = crate::systemd::Client::system().map_err(|e| e.to_string())?;
         let events = crate::systemd::Client::system()
-            .and_then(|c| c.events())
+            .and_then(|c| c.events(true))
             .map_err(|e| e.to_string())?;
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
