@@ -223,3 +223,50 @@ fn units_name_the_installed_binaries() {
         ["enable podunit.target", "enable podunit-sync.service"]
     );
 }
+
+/// The shipped config with its commented-out settings turned on. Settings are the lines `#key:`,
+/// `#  key:` or `#  - item` (a `#` right before the YAML); prose comments are `# text`.
+fn uncommented_config() -> String {
+    read("packaging/config.yaml")
+        .lines()
+        .filter_map(|l| l.strip_prefix('#'))
+        .filter(|l| {
+            let rest = l.trim_start_matches(' ');
+            let indent = l.len() - rest.len();
+            indent % 2 == 0
+                && !rest.starts_with('#')
+                && (rest.contains(':') || rest.starts_with("- "))
+        })
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
+#[test]
+fn shipped_config_documents_the_real_keys_and_defaults() {
+    use podunit::config::Config;
+    // As shipped, it is the default configuration.
+    let shipped = Config::parse(&read("packaging/config.yaml")).unwrap();
+    assert_eq!(shipped.config, Config::default());
+    // Every documented setting, turned on, is a real key with its real default.
+    let text = uncommented_config();
+    assert!(
+        text.contains("policy:") && text.contains("kubeconfig:"),
+        "{text}"
+    );
+    let on = Config::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    assert_eq!(
+        on.config,
+        Config::default(),
+        "documented defaults differ:\n{text}"
+    );
+    // watchManifests is read by podunit-sync's local mode (SyncConfig), not by Config.
+    assert_eq!(
+        on.unknown_keys,
+        ["watchManifests"],
+        "undocumented or misspelt keys"
+    );
+    assert_eq!(
+        podunit::watch::SyncConfig::parse(&text).unwrap(),
+        Default::default()
+    );
+}
