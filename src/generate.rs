@@ -210,7 +210,13 @@ pub fn node_setup(paths: &crate::paths::Paths) -> (NodeFacts, FsImages, Option<S
     node.restart_steps = config.restart_backoff_steps;
     let images = FsImages {
         paths: paths.clone(),
-        host_aliases: config.policy.host_images.clone(),
+        host_aliases: config
+            .policy
+            .host_images
+            .iter()
+            .chain(&config.host_images)
+            .cloned()
+            .collect(),
     };
     (node, images, problem)
 }
