@@ -32,11 +32,31 @@ impl Generated {
 /// Validates and translates every pod of the catalog. A pod with an error is skipped; the others
 /// are not affected.
 pub fn generate(catalog: &Catalog, node: &NodeFacts, images: &dyn ImageResolver) -> Generated {
+    generate_with_policy(catalog, node, images, None)
+}
+
+/// As [`generate`], and a local pod (from /etc/pods.d or /run/pods.d) that breaks `policy` is
+/// refused whole, naming the rule (node config `policy.local: enforce`). Pods from the API server
+/// were checked by podunit-sync before they reached the spool.
+pub fn generate_with_policy(
+    catalog: &Catalog,
+    node: &NodeFacts,
+    images: &dyn ImageResolver,
+    policy: Option<&crate::policy::Policy>,
+) -> Generated {
     let mut g = Generated {
         pods: Vec::new(),
         problems: catalog.problems.clone(),
     };
     for entry in &catalog.pods {
+        if let Some(p) = policy
+            && entry.source.is_static()
+            && let Err(v) = crate::policy::check(&entry.pod, p)
+        {
+            g.problems
+                .push(Problem::error(&entry.file, v.to_string()).pod(entry.key()));
+            continue;
+        }
         let found = validate::validate(entry);
         let bad = found.iter().any(Problem::is_error);
         g.problems.extend(found);
@@ -186,6 +206,19 @@ pub fn detect_node(paths: &crate::paths::Paths) -> NodeFacts {
 /// cannot be read is reported (the returned problem) and the defaults are used: a typo there must
 /// not keep every pod from starting.
 pub fn node_setup(paths: &crate::paths::Paths) -> (NodeFacts, FsImages, Option<String>) {
+    let (node, images, problem, _) = node_setup_with_policy(paths);
+    (node, images, problem)
+}
+
+/// As [`node_setup`], plus the policy local pods must meet (`policy.local: enforce`), if any.
+pub fn node_setup_with_policy(
+    paths: &crate::paths::Paths,
+) -> (
+    NodeFacts,
+    FsImages,
+    Option<String>,
+    Option<crate::policy::Policy>,
+) {
     let (config, problem) = match crate::config::Config::load(&paths.config_file()) {
         Ok(l) => {
             let unknown = (!l.unknown_keys.is_empty()).then(|| {
@@ -218,7 +251,9 @@ pub fn node_setup(paths: &crate::paths::Paths) -> (NodeFacts, FsImages, Option<S
             .cloned()
             .collect(),
     };
-    (node, images, problem)
+    let policy =
+        (config.policy.local == crate::policy::Local::Enforce).then(|| config.policy.clone());
+    (node, images, problem, policy)
 }
 
 /// The unit every pod hangs off (shipped by the package, referenced here for symlinks).

@@ -3,7 +3,7 @@
 //! Called as `podunit-generator NORMAL_DIR [EARLY_DIR LATE_DIR]`; writes only into NORMAL_DIR.
 //! Reads files and writes units: no network, no D-Bus, no waiting on anything.
 
-use podunit::generate::{generate, node_setup, write_tree};
+use podunit::generate::{generate_with_policy, node_setup_with_policy, write_tree};
 use podunit::manifest::Catalog;
 use podunit::paths::Paths;
 use std::io::Write;
@@ -21,11 +21,11 @@ fn main() -> ExitCode {
     };
     let paths = Paths::from_env();
     let catalog = Catalog::load(&paths);
-    let (node, images, config_problem) = node_setup(&paths);
+    let (node, images, config_problem, policy) = node_setup_with_policy(&paths);
     if let Some(p) = config_problem {
         report(&p, false);
     }
-    let generated = generate(&catalog, &node, &images);
+    let generated = generate_with_policy(&catalog, &node, &images, policy.as_ref());
     for p in &generated.problems {
         report(&p.to_string(), p.is_error());
     }

@@ -1,7 +1,9 @@
 //! `podunit check [PATH...]` and `podunit render [PATH...]`: the generator's own code, shown.
 
 use crate::diag::Problem;
-use crate::generate::{Generated, generate, node_setup, render_text, write_tree};
+use crate::generate::{
+    Generated, generate_with_policy, node_setup_with_policy, render_text, write_tree,
+};
 use crate::manifest::Catalog;
 use crate::paths::Paths;
 use std::path::PathBuf;
@@ -45,11 +47,11 @@ fn run_generate(items: &[PathBuf]) -> Generated {
     } else {
         Catalog::load_paths(items)
     };
-    let (node, images, config_problem) = node_setup(&paths);
+    let (node, images, config_problem, policy) = node_setup_with_policy(&paths);
     if let Some(p) = config_problem {
         eprintln!("warning: {p}");
     }
-    generate(&catalog, &node, &images)
+    generate_with_policy(&catalog, &node, &images, policy.as_ref())
 }
 
 pub fn check(args: CheckArgs) -> ExitCode {
