@@ -42,7 +42,7 @@ pub fn generate_with_policy(
     catalog: &Catalog,
     node: &NodeFacts,
     images: &dyn ImageResolver,
-    policy: Option<&crate::policy::Policy>,
+    policy: Option<&LocalPolicy>,
 ) -> Generated {
     let mut g = Generated {
         pods: Vec::new(),
@@ -51,7 +51,9 @@ pub fn generate_with_policy(
     for entry in &catalog.pods {
         if let Some(p) = policy
             && entry.source.is_static()
-            && let Err(v) = crate::policy::check(&entry.pod, p)
+            && let Err(v) = crate::policy::check_resolved(&entry.pod, &p.policy, &|path| {
+                host_realpath(&p.paths, path)
+            })
         {
             g.problems
                 .push(Problem::error(&entry.file, v.to_string()).pod(entry.key()));
@@ -178,6 +180,19 @@ impl ImageResolver for FsImages {
     }
 }
 
+/// The node policy local pods must meet, and where their host paths are resolved.
+pub struct LocalPolicy {
+    pub policy: crate::policy::Policy,
+    pub paths: crate::paths::Paths,
+}
+
+/// The canonical host path of `path` (under the test root), if it exists.
+pub fn host_realpath(paths: &crate::paths::Paths, path: &str) -> Option<String> {
+    let real = std::fs::canonicalize(paths.host(path)).ok()?;
+    let rel = real.strip_prefix(&paths.root).ok()?;
+    Some(std::path::Path::new("/").join(rel).display().to_string())
+}
+
 /// Node facts read from the host: hostname, CPUs, memory.
 pub fn detect_node(paths: &crate::paths::Paths) -> NodeFacts {
     let read = |p: &str| std::fs::read_to_string(paths.host(p)).unwrap_or_default();
@@ -213,12 +228,7 @@ pub fn node_setup(paths: &crate::paths::Paths) -> (NodeFacts, FsImages, Option<S
 /// As [`node_setup`], plus the policy local pods must meet (`policy.local: enforce`), if any.
 pub fn node_setup_with_policy(
     paths: &crate::paths::Paths,
-) -> (
-    NodeFacts,
-    FsImages,
-    Option<String>,
-    Option<crate::policy::Policy>,
-) {
+) -> (NodeFacts, FsImages, Option<String>, Option<LocalPolicy>) {
     let (config, problem) = match crate::config::Config::load(&paths.config_file()) {
         Ok(l) => {
             let unknown = (!l.unknown_keys.is_empty()).then(|| {
@@ -251,8 +261,10 @@ pub fn node_setup_with_policy(
             .cloned()
             .collect(),
     };
-    let policy =
-        (config.policy.local == crate::policy::Local::Enforce).then(|| config.policy.clone());
+    let policy = (config.policy.local == crate::policy::Local::Enforce).then(|| LocalPolicy {
+        policy: config.policy.clone(),
+        paths: paths.clone(),
+    });
     (node, images, problem, policy)
 }
 

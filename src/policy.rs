@@ -208,6 +208,43 @@ fn check_container(
     Ok(())
 }
 
+/// As [`check`], and each hostPath is also checked as the host resolves it: a path under an
+/// allowed prefix that is (or goes through) a symlink leading elsewhere is refused. `resolve`
+/// gives the host's canonical path of an existing path (None for one that does not exist yet,
+/// which `DirectoryOrCreate` will create as a plain directory).
+pub fn check_resolved(
+    pod: &Pod,
+    policy: &Policy,
+    resolve: &dyn Fn(&str) -> Option<String>,
+) -> Result<(), Violation> {
+    check(pod, policy)?;
+    let Some(spec) = pod.spec.as_ref() else {
+        return Ok(());
+    };
+    for (i, v) in spec.volumes.iter().flatten().enumerate() {
+        let Some(hp) = v.host_path.as_ref() else {
+            continue;
+        };
+        let Some(real) = resolve(&hp.path) else {
+            continue;
+        };
+        let allowed = policy.host_paths.iter().any(|r| {
+            path_within(&hp.path, &r.path)
+                && path_within(&real, &resolve(&r.path).unwrap_or_else(|| r.path.clone()))
+        });
+        if !allowed {
+            return Err(Violation {
+                rule: "policy.hostPaths",
+                message: format!(
+                    "spec.volumes[{i}].hostPath.path {:?} leads to {real:?} through a symlink, outside the allowed prefixes",
+                    hp.path
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
 fn normalize_cap(c: &str) -> String {
     let up = c.trim().to_ascii_uppercase();
     up.strip_prefix("CAP_").map(str::to_string).unwrap_or(up)
@@ -360,6 +397,45 @@ mod tests {
             ..Policy::default()
         };
         assert!(check(&p, &pol).is_err());
+    }
+
+    #[test]
+    fn host_paths_through_symlinks() {
+        let pol = Policy {
+            host_paths: vec![HostPathRule {
+                path: "/srv/data".into(),
+                read_only: false,
+            }],
+            ..Policy::default()
+        };
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p"},
+            "spec": {"containers": [{"name": "c", "image": "host"}],
+                     "volumes": [{"name": "v", "hostPath": {"path": "/srv/data/link"}}]}
+        }))
+        .unwrap();
+        let plain = |p: &str| Some(p.to_string());
+        assert_eq!(check_resolved(&pod, &pol, &plain), Ok(()));
+        let escaping = |p: &str| {
+            Some(if p == "/srv/data/link" {
+                "/etc".to_string()
+            } else {
+                p.to_string()
+            })
+        };
+        let err = check_resolved(&pod, &pol, &escaping).unwrap_err();
+        assert_eq!(err.rule, "policy.hostPaths");
+        assert!(
+            err.message.contains("leads to \"/etc\" through a symlink"),
+            "{}",
+            err.message
+        );
+        let missing = |p: &str| (p != "/srv/data/link").then(|| p.to_string());
+        assert_eq!(
+            check_resolved(&pod, &pol, &missing),
+            Ok(()),
+            "created later as a plain directory"
+        );
     }
 
     #[test]

@@ -642,7 +642,9 @@ impl Worker {
     fn admit(&mut self, k: &(String, String)) {
         let Some(rec) = self.pods.get(k) else { return };
         let pod = rec.pod.clone();
-        if let Err(v) = policy::check(&pod, &self.cfg.policy) {
+        let paths = self.cfg.paths.clone();
+        let resolve = |p: &str| crate::generate::host_realpath(&paths, p);
+        if let Err(v) = policy::check_resolved(&pod, &self.cfg.policy, &resolve) {
             self.reject(k, policy::Violation::REASON, &v.to_string());
             return;
         }
