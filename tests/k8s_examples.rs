@@ -69,7 +69,7 @@ const CASES: &[Case] = &[
     Case { file: "inject/envars.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
     Case { file: "inject/pod-multiple-secret-env-variable.yaml", fresh: Refused(&[BAD_YAML]), with_images: Refused(&[BAD_YAML]), why: "not valid YAML: a tab indents line 15 (and `env` would be a duplicate key)" },
     Case { file: "inject/pod-secret-envFrom.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
-    Case { file: "inject/pod-single-secret-env-variable.yaml", fresh: Refused(&["apiVersion and kind are required"]), with_images: Refused(&["apiVersion and kind are required"]), why: "the manifest has no `apiVersion`; the API server refuses it too" },
+    Case { file: "inject/pod-single-secret-env-variable.yaml", fresh: Refused(&["apiVersion is required"]), with_images: Refused(&["apiVersion is required"]), why: "the manifest has no `apiVersion`; the API server refuses it too" },
     Case { file: "inject/secret-envars-pod.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
     Case { file: "inject/secret-pod.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
     Case { file: "inject/secret.yaml", fresh: Renders, with_images: Renders, why: "a Secret only: nothing to run" },
