@@ -11,59 +11,12 @@ use crate::paths::Paths;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 use std::collections::BTreeSet;
-use std::fmt;
 use std::os::fd::AsFd;
-use std::path::{Path, PathBuf};
 use std::sync::mpsc::Sender;
 
 /// Quiet time after the last change before acting on a burst of changes.
 pub const DEBOUNCE_MS: u16 = 500;
 
-/// The keys of /etc/podunit/config.yaml that podunit-sync's local mode reads. Other keys (cluster
-/// mode, policy) belong to others and are ignored here.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
-#[serde(rename_all = "camelCase", default)]
-pub struct SyncConfig {
-    /// Watch /etc/pods.d and run `daemon-reload` when a manifest changes.
-    pub watch_manifests: bool,
-}
-
-#[derive(Debug)]
-pub enum ConfigError {
-    Read(PathBuf, std::io::Error),
-    Parse(PathBuf, String),
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ConfigError::Read(p, e) => write!(f, "{}: {e}", p.display()),
-            ConfigError::Parse(p, e) => write!(f, "{}: {e}", p.display()),
-        }
-    }
-}
-
-impl std::error::Error for ConfigError {}
-
-impl SyncConfig {
-    pub fn parse(text: &str) -> Result<Self, String> {
-        if text.trim().is_empty() {
-            return Ok(SyncConfig::default());
-        }
-        serde_saphyr::from_str(text).map_err(|e| e.to_string())
-    }
-
-    /// A missing file is the default (no watch).
-    pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        match std::fs::read_to_string(path) {
-            Ok(t) => SyncConfig::parse(&t).map_err(|e| ConfigError::Parse(path.to_path_buf(), e)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(SyncConfig::default()),
-            Err(e) => Err(ConfigError::Read(path.to_path_buf(), e)),
-        }
-    }
-}
-
-/// Starts the watcher thread; it sends [`Msg::ManifestsChanged`] after each validated burst.
 pub fn spawn(paths: Paths, tx: Sender<Msg>) {
     std::thread::spawn(move || {
         if let Err(e) = watch(&paths, &tx) {
@@ -136,25 +89,4 @@ fn invalid_changes(paths: &Paths, changed: &BTreeSet<String>) -> Vec<String> {
         .filter(|p| p.is_error() && changed.contains(&p.file.to_string_lossy().into_owned()))
         .map(|p| p.to_string())
         .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn config_key_and_defaults() {
-        assert_eq!(SyncConfig::parse("").unwrap(), SyncConfig::default());
-        assert!(!SyncConfig::parse("nodeName: a\n").unwrap().watch_manifests);
-        assert!(
-            SyncConfig::parse("watchManifests: true\nkubeconfig: /x\n")
-                .unwrap()
-                .watch_manifests
-        );
-        assert!(SyncConfig::parse("watchManifests: maybe\n").is_err());
-        assert_eq!(
-            SyncConfig::load(Path::new("/nonexistent/podunit/config.yaml")).unwrap(),
-            SyncConfig::default()
-        );
-    }
 }

@@ -45,8 +45,8 @@ pub fn main() -> ExitCode {
     if let Some(s) = args.state_file {
         opts.state_file = s;
     }
-    let config = match crate::watch::SyncConfig::load(&opts.paths.config_file()) {
-        Ok(c) => c,
+    let config = match crate::config::Config::load(&opts.paths.config_file()) {
+        Ok(l) => l.config,
         Err(e) => {
             localsync::log(&format!("{e}"));
             return ExitCode::FAILURE;
