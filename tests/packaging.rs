@@ -81,19 +81,20 @@ fn deb_control_fields() {
         field("Version").trim(),
         format!("{}-1", env!("CARGO_PKG_VERSION"))
     );
-    // Only what a minimal host has: the C library family and systemd.
+    // Only what a minimal host has: the C library family and systemd, with its NSS module (pods'
+    // numeric users and groups are served from /run/userdb by nss-systemd).
     let depends = field("Depends");
     let names: BTreeSet<String> = depends
         .split(',')
         .map(|d| d.split_whitespace().next().unwrap_or("").to_string())
         .collect();
     assert!(
-        names.contains("systemd") && names.contains("libc6"),
+        names.contains("systemd") && names.contains("libc6") && names.contains("libnss-systemd"),
         "Depends: {depends}"
     );
     for n in &names {
         assert!(
-            ["libc6", "libgcc-s1", "systemd"].contains(&n.as_str()),
+            ["libc6", "libgcc-s1", "systemd", "libnss-systemd"].contains(&n.as_str()),
             "unexpected dependency {n} in Depends: {depends}"
         );
     }
