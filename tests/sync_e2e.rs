@@ -23,7 +23,9 @@ fn start_sync(m: &Machine) {
         );
         m.daemon_reload();
     }
-    m.sh_ok("systemctl start podunit-sync.service");
+    // The package enables it, so it may already run since boot: what the test set up (config,
+    // spool) must be seen at *a* start, so restart it.
+    m.sh_ok("systemctl restart podunit-sync.service");
     wait_state(m, "podunit-sync.service", &["active"]);
 }
 
