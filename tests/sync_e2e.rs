@@ -12,7 +12,9 @@ const NS: &str = "default";
 const SYNC_STAND_IN: &str = "[Unit]\nDescription=podunit-sync (test stand-in)\nAfter=dbus.service\n\
 [Service]\nType=notify\nExecStart=/usr/bin/podunit-sync\nRestart=always\nRestartSec=1\n";
 
-/// Makes sure podunit-sync runs (as the package's unit, or the stand-in) and is ready.
+/// (Re)starts podunit-sync (the package's unit, or the stand-in) and waits until it is ready. A
+/// restart, not a start: the package enables it at boot, and the tests need its start-time work
+/// (configuration, spool check) to see what they prepared.
 fn start_sync(m: &Machine) {
     if m.read("/usr/lib/systemd/system/podunit-sync.service")
         .is_none()
@@ -23,7 +25,7 @@ fn start_sync(m: &Machine) {
         );
         m.daemon_reload();
     }
-    m.sh_ok("systemctl start podunit-sync.service");
+    m.sh_ok("systemctl restart podunit-sync.service");
     wait_state(m, "podunit-sync.service", &["active"]);
 }
 
