@@ -12,6 +12,8 @@ use crate::systemd::{self, Client, Event};
 use std::collections::HashSet;
 use std::fmt;
 use std::path::PathBuf;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
 /// Where podunit-sync reads and writes; every path already carries the `PODUNIT_ROOT` prefix.
 #[derive(Debug, Clone)]
@@ -106,6 +108,8 @@ pub struct Syncer {
     boot_id: String,
     /// Stop jobs still running; once none is left, failed leftovers get reset.
     pending_stops: HashSet<String>,
+    /// (deadline, unit, stop job): SIGKILL the unit if its stop job is still running then.
+    kill_at: Vec<(Instant, String, String)>,
 }
 
 impl Syncer {
@@ -115,6 +119,7 @@ impl Syncer {
             opts,
             boot_id: boot_id(),
             pending_stops: HashSet::new(),
+            kill_at: Vec::new(),
         }
     }
 
@@ -161,10 +166,15 @@ impl Syncer {
                     log(&format!("restarting pod {pod}: its units changed ({unit})"));
                     self.client.restart(unit).map(|_| sum.restarted += 1)
                 }
-                Action::Stop { unit } => {
+                Action::Stop { unit, grace } => {
                     log(&format!("stopping {unit}: its pod is gone"));
                     self.client.stop(unit).map(|job| {
-                        self.pending_stops.insert(job.as_str().to_string());
+                        let job = job.as_str().to_string();
+                        if let Some(g) = grace {
+                            let at = Instant::now() + Duration::from_secs(*g);
+                            self.kill_at.push((at, unit.clone(), job.clone()));
+                        }
+                        self.pending_stops.insert(job);
                         sum.stopped += 1;
                     })
                 }
@@ -189,8 +199,32 @@ impl Syncer {
         Ok(sum)
     }
 
+    /// When the next grace period ends, if any stop is still running.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.kill_at.iter().map(|(at, _, _)| *at).min()
+    }
+
+    /// SIGKILLs every unit whose grace period is over and whose stop job still runs: systemd
+    /// forgot the unit's TimeoutStopSec= with its file, so the kubelet's rule is applied here.
+    pub fn enforce_grace(&mut self) {
+        let now = Instant::now();
+        let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.kill_at)
+            .into_iter()
+            .partition(|(at, _, _)| *at <= now);
+        self.kill_at = later;
+        for (_, unit, job) in due {
+            if self.pending_stops.contains(&job) {
+                log(&format!("{unit}: grace period over, SIGKILL"));
+                if let Err(e) = self.client.kill(&unit, 9) {
+                    log(&format!("{e}"));
+                }
+            }
+        }
+    }
+
     /// A job ended. When it was the last of our stop jobs, reset what failed while stopping.
     pub fn job_removed(&mut self, job: &str) -> Result<(), Error> {
+        self.kill_at.retain(|(_, _, j)| j != job);
         if !self.pending_stops.remove(job) || !self.pending_stops.is_empty() {
             return Ok(());
         }
@@ -258,10 +292,21 @@ pub fn log(msg: &str) {
 
 /// Runs the main loop until terminated. Called with `events` subscribed *before* the first
 /// reconcile, so a reload in between is never missed.
-pub fn run(syncer: &mut Syncer, rx: std::sync::mpsc::Receiver<Msg>) -> Result<i32, Error> {
+pub fn run(syncer: &mut Syncer, rx: mpsc::Receiver<Msg>) -> Result<i32, Error> {
     loop {
-        let Ok(msg) = rx.recv() else {
-            return Ok(0);
+        let msg = match syncer.next_deadline() {
+            None => match rx.recv() {
+                Ok(m) => m,
+                Err(_) => return Ok(0),
+            },
+            Some(at) => match rx.recv_timeout(at.saturating_duration_since(Instant::now())) {
+                Ok(m) => m,
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    syncer.enforce_grace();
+                    continue;
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => return Ok(0),
+            },
         };
         let mut reconcile = false;
         let mut reload_now = false;

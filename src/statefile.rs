@@ -92,6 +92,7 @@ mod tests {
             Recorded {
                 hash: "h".into(),
                 units: vec!["podunit-default_web.service".into()],
+                grace: Default::default(),
             },
         );
         save(&path, &s).unwrap();

@@ -362,3 +362,41 @@ fn watch_manifests_reloads_by_itself_and_skips_broken_files() {
     });
     assert_eq!(reloads(), before);
 }
+
+#[test]
+fn removed_pod_that_fails_while_stopping_leaves_no_failed_unit() {
+    let m = Machine::boot("sync-stop-fails");
+    start_sync(&m);
+    // Ignores SIGTERM: SIGKILLed after its grace period, so its stop ends in `failed`.
+    let y = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: stubborn
+spec:
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: main
+    image: host
+    command: ["/usr/local/bin/probe"]
+    env:
+    - name: PROBE
+      value: sync-stubborn
+    - name: PROBE_THEN
+      value: ignore-term
+"#;
+    m.write("/etc/pods.d/stubborn.yaml", y.as_bytes());
+    m.daemon_reload();
+    let p = Probe::new(&m, "sync-stubborn");
+    p.wait_starts(1);
+    m.sh_ok("rm /etc/pods.d/stubborn.yaml");
+    m.daemon_reload();
+    m.wait_for("stubborn's units to be gone", SOON, || {
+        known_units(&m, NS, "stubborn").is_empty().then_some(())
+    });
+    assert_eq!(
+        p.text("signals").as_deref(),
+        Some("term\n"),
+        "SIGTERM came first"
+    );
+    assert_eq!(failed_podunit_units(&m), "");
+}

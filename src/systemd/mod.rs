@@ -176,6 +176,15 @@ impl Client {
         )
     }
 
+    /// `KillUnit(unit, "all", signal)`: every process of the unit.
+    pub fn kill(&self, unit: &str, signal: i32) -> Result<(), Error> {
+        self.manager(
+            format!("KillUnit {unit}"),
+            "KillUnit",
+            &(unit, "all", signal),
+        )
+    }
+
     /// `daemon-reload`. Returns once systemd has reloaded.
     pub fn reload(&self) -> Result<(), Error> {
         self.manager("Reload".into(), "Reload", &())
