@@ -3,7 +3,7 @@ CARGO ?= cargo
 PREFIX ?= /usr
 DESTDIR ?=
 
-.PHONY: all build release test test-unit test-e2e rootfs lint fmt bench demo deb rpm install uninstall fuzz fake-apiserver
+.PHONY: all build release test test-unit test-e2e rootfs lint fmt bench bench-generator demo deb rpm install uninstall fuzz fake-apiserver
 
 all: build
 
@@ -38,7 +38,7 @@ rootfs:
 	tests/e2e/make-rootfs.sh
 
 # Real systemd end to end: each test boots its own nspawn machine. E2E_JOBS machines at a time.
-E2E_JOBS ?= 3
+E2E_JOBS ?= 4
 test-e2e: rootfs
 	$(CARGO) test --no-fail-fast --test e2e --test sync_e2e --test sandbox_e2e -- --test-threads=$(E2E_JOBS)
 
@@ -89,7 +89,13 @@ uninstall:
 	DESTDIR="$(DESTDIR)" PREFIX="$(PREFIX)" packaging/install.sh uninstall
 
 # Benchmarks (never timed tests). Reload-to-running on a real systemd: needs root and systemd-nspawn.
-bench: bench-reload
+bench: bench-generator bench-reload
+
+# The release generator as a process on 1 to 10000 pods: wall time and peak RSS (docs/benchmarks.md).
+# BENCH_RUNS=N changes the runs per size.
+bench-generator:
+	$(CARGO) build --release -p podunit-generator
+	$(CARGO) run --release -p podunit-bench -- $${CARGO_TARGET_DIR:-target}/release/podunit-generator
 
 bench-reload: rootfs
 	$(CARGO) test --release --test bench_reload

@@ -4,14 +4,19 @@
 //! pure function ([`translate`]); reading manifests, writing unit trees, talking to systemd and to the
 //! API server live at the edges, in their own modules.
 
-pub mod escape;
+pub mod config;
 pub mod naming;
 pub mod paths;
+pub mod policy;
+
+#[cfg(feature = "cli")]
+pub mod kube;
 
 #[cfg(feature = "cli")]
 pub mod cli;
 
 pub mod diag;
+pub mod escape;
 pub mod generate;
 pub mod generated;
 #[cfg(feature = "cli")]

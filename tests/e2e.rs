@@ -1257,3 +1257,84 @@ fn broken_manifest_at_boot_is_explained_in_that_boots_journal() {
         m.diagnostics()
     );
 }
+
+#[test]
+fn removed_pod_leaves_no_secret_or_state_behind() {
+    let m = Machine::boot("cleanup");
+    let manifest = r#"apiVersion: v1
+kind: Secret
+metadata:
+  name: gone
+stringData:
+  token: tok-5f1e2d-must-vanish
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: tidy
+spec:
+  terminationGracePeriodSeconds: 5
+  volumes:
+  - name: sec
+    secret:
+      secretName: gone
+  - name: scratch
+    emptyDir: {}
+  containers:
+  - name: main
+    image: host
+    command: ["/bin/sh", "-c", "echo data > /scratch/f && PROBE=tidy exec /usr/local/bin/probe"]
+    env:
+    - name: TOKEN
+      valueFrom:
+        secretKeyRef:
+          name: gone
+          key: token
+    volumeMounts:
+    - name: sec
+      mountPath: /sec
+    - name: scratch
+      mountPath: /scratch
+"#;
+    m.write("/etc/pods.d/tidy.yaml", manifest.as_bytes());
+    m.daemon_reload();
+    Probe::new(&m, "tidy").wait_starts(1);
+    let uid = m
+        .sh_ok(&format!(
+            "sed -n 's/^X-PodunitUid=//p' /run/systemd/generator/{}",
+            pod_unit(NS, "tidy")
+        ))
+        .trim()
+        .to_string();
+    assert!(!uid.is_empty());
+    assert!(
+        m.sh(&format!("test -d /run/podunit/pods/{uid}"))
+            .status
+            .success(),
+        "the pod's runtime directory exists while it runs"
+    );
+
+    m.sh_ok("rm /etc/pods.d/tidy.yaml");
+    m.daemon_reload();
+    m.wait_for("tidy's units to be gone", SOON, || {
+        known_units(&m, NS, "tidy").is_empty().then_some(())
+    });
+    for dir in [
+        format!("/run/podunit/pods/{uid}"),
+        format!("/var/lib/podunit/pods/{uid}"),
+    ] {
+        assert!(
+            !m.sh(&format!("test -e {dir}")).status.success(),
+            "{dir} is left behind: {}\n{}",
+            m.sh_ok(&format!("find {dir} | head -20")),
+            m.sh_ok("journalctl -b --no-pager -o cat | grep -i -e cleanup -e tidy | tail -20")
+        );
+    }
+    let found =
+        m.sh("grep -rl tok-5f1e2d-must-vanish /run /var/lib/podunit /etc/systemd 2>/dev/null");
+    assert!(
+        String::from_utf8_lossy(&found.stdout).trim().is_empty(),
+        "the secret outlives its pod in: {}",
+        String::from_utf8_lossy(&found.stdout)
+    );
+}

@@ -4,6 +4,7 @@ use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
 pub mod check;
+pub mod cluster;
 pub mod completions;
 pub mod logs;
 pub mod prepare;

@@ -64,6 +64,13 @@ pub fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
 
+    // Cluster mode: with a kubeconfig this node is also a kubelet. Its credentials are checked now,
+    // so a loose kubeconfig stops the start with the reason.
+    let cluster = match super::cluster::prepare(&opts.paths) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+
     let client = match Client::system() {
         Ok(c) => c,
         Err(e) => {
@@ -133,6 +140,9 @@ pub fn main() -> ExitCode {
         crate::watch::spawn(syncer.opts.paths.clone(), tx.clone());
     }
     drop(tx);
+    if let Some(agent) = cluster {
+        agent.spawn();
+    }
     let _ = notify(&format!("READY=1\nSTATUS={status}"));
     let code = match localsync::run(&mut syncer, rx) {
         Ok(c) => c,

@@ -63,10 +63,69 @@ pub fn rootfs() -> PathBuf {
         .clone()
 }
 
+fn tmpdir() -> PathBuf {
+    std::env::var_os("PODUNIT_TEST_TMPDIR")
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_TMPDIR))
+}
+
+/// Removes what earlier test runs that died without unwinding (Ctrl-C, SIGKILL) left behind:
+/// their machines' copies and cgroups, found by the dead test process's PID in their names.
+/// Machines of live runs (other test binaries running now) are left alone.
+fn sweep_stale() {
+    let alive = |pid: &str| Path::new(&format!("/proc/{pid}")).exists();
+    let dead_pid = |name: &str| -> Option<String> {
+        let rest = name.strip_prefix("podunit-e2e-pu-")?;
+        let pid = rest.split('-').next()?;
+        (pid.parse::<u32>().is_ok() && !alive(pid)).then(|| pid.to_string())
+    };
+    if let Ok(rd) = fs::read_dir(tmpdir()) {
+        for e in rd.flatten() {
+            let name = e.file_name().to_string_lossy().to_string();
+            // A machine whose nspawn still runs (its test was SIGKILLed) is left for its owner.
+            if dead_pid(&name).is_some() && !in_use(&e.path()) {
+                let _ = fs::remove_dir_all(e.path());
+            }
+        }
+    }
+    // cgroup directories: podunit-e2e-pu-<pid>-... a few levels below each v1 hierarchy.
+    fn walk(dir: &Path, depth: usize, found: &mut Vec<PathBuf>, dead: &dyn Fn(&str) -> bool) {
+        let Ok(rd) = fs::read_dir(dir) else { return };
+        for e in rd.flatten() {
+            if !e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                continue;
+            }
+            let name = e.file_name().to_string_lossy().to_string();
+            if dead(&name) {
+                found.push(e.path());
+            } else if depth > 0 && !name.starts_with("podunit-e2e-") {
+                walk(&e.path(), depth - 1, found, dead);
+            }
+        }
+    }
+    let mut found = Vec::new();
+    for ctrl in V1_CONTROLLERS {
+        walk(
+            &Path::new("/sys/fs/cgroup").join(ctrl),
+            3,
+            &mut found,
+            &|n| dead_pid(n).is_some(),
+        );
+    }
+    for d in found {
+        CgroupFixup {
+            dirs: vec![(String::new(), d)],
+        }
+        .remove();
+    }
+}
+
 /// Fails (never skips) when this host cannot boot machines.
 fn preflight() {
     static ONCE: OnceLock<()> = OnceLock::new();
     ONCE.get_or_init(|| {
+        sweep_stale();
         let status = fs::read_to_string("/proc/self/status").expect("read /proc/self/status");
         let euid = status
             .lines()
@@ -250,10 +309,7 @@ impl Machine {
             .take(40)
             .collect();
         let name = format!("pu-{}-{seq}-{clean}", std::process::id());
-        let tmp = std::env::var_os("PODUNIT_TEST_TMPDIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from(DEFAULT_TMPDIR));
-        let dir = tmp.join(format!("podunit-e2e-{name}"));
+        let dir = tmpdir().join(format!("podunit-e2e-{name}"));
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir).expect("create machine dir");
         let root = dir.join("root");
@@ -645,6 +701,19 @@ impl Drop for Machine {
             let _ = fs::remove_dir_all(&self.dir);
         }
     }
+}
+
+/// Whether a running process names `dir` on its command line (a machine's nspawn does).
+fn in_use(dir: &Path) -> bool {
+    let needle = dir.to_string_lossy().to_string();
+    let Ok(rd) = fs::read_dir("/proc") else {
+        return false;
+    };
+    rd.flatten().any(|e| {
+        fs::read(e.path().join("cmdline"))
+            .map(|c| String::from_utf8_lossy(&c).contains(&needle))
+            .unwrap_or(false)
+    })
 }
 
 /// A direct child of `parent` whose command name is `comm`.

@@ -1,0 +1,236 @@
+//! `make bench`: measures podunit's generator as systemd runs it, a process over a directory of
+//! manifests, and prints a table (wall time and peak RSS per pod count). No timings belong in tests;
+//! they live here.
+//!
+//! Usage: `podunit-bench GENERATOR [POD_COUNT...]` (default counts: 1 100 1000 10000).
+//! `BENCH_RUNS=N` sets the measured runs per count (default 11, 5 for 10000 pods and more).
+
+mod manifest;
+mod rusage;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::time::Duration;
+
+/// The target: 1000 pods generated in under 50 ms.
+const TARGET_PODS: usize = 1000;
+const TARGET_WALL: Duration = Duration::from_millis(50);
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some((generator, counts)) = args.split_first() else {
+        eprintln!("usage: podunit-bench GENERATOR [POD_COUNT...]");
+        return ExitCode::from(2);
+    };
+    let generator = match std::fs::canonicalize(generator) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!(
+                "podunit-bench: {generator}: {e} (build it: cargo build --release -p podunit-generator)"
+            );
+            return ExitCode::from(2);
+        }
+    };
+    let counts: Vec<usize> = if counts.is_empty() {
+        vec![1, 100, 1000, 10000]
+    } else {
+        match counts.iter().map(|c| c.parse()).collect() {
+            Ok(c) => c,
+            Err(_) => {
+                eprintln!("podunit-bench: pod counts must be numbers");
+                return ExitCode::from(2);
+            }
+        }
+    };
+    let tag = format!("podunit-bench-{}", std::process::id());
+    let work = std::env::temp_dir().join(&tag);
+    let out = out_base().join(&tag);
+    let result = run_all(&generator, &counts, &work, &out);
+    let _ = std::fs::remove_dir_all(&work);
+    let _ = std::fs::remove_dir_all(&out);
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("podunit-bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// systemd gives a generator a directory on tmpfs (/run/systemd/generator): the output goes to a
+/// tmpfs too, or the numbers measure the disk. `BENCH_OUT_DIR` overrides.
+fn out_base() -> PathBuf {
+    if let Some(d) = std::env::var_os("BENCH_OUT_DIR") {
+        return PathBuf::from(d);
+    }
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() {
+        shm.to_path_buf()
+    } else {
+        std::env::temp_dir()
+    }
+}
+
+fn run_all(generator: &Path, counts: &[usize], work: &Path, out: &Path) -> Result<(), String> {
+    println!("generator: {}", generator.display());
+    println!(
+        "manifests under {}, units written under {}",
+        work.display(),
+        out.display()
+    );
+    println!(
+        "pods: {} containers + {} init container each, one pod per file, warm page cache",
+        manifest::CONTAINERS,
+        manifest::INIT_CONTAINERS
+    );
+    println!();
+    println!(
+        "| pods | files written | runs | wall median | wall min | CPU (user+sys) median | peak RSS median |"
+    );
+    println!(
+        "|-----:|--------------:|-----:|------------:|---------:|----------------------:|----------------:|"
+    );
+    let mut verdict = None;
+    for &n in counts {
+        let runs = std::env::var("BENCH_RUNS")
+            .ok()
+            .and_then(|r| r.parse().ok())
+            .unwrap_or(if n >= 10000 { 5 } else { 11 });
+        let s = bench(
+            generator,
+            n,
+            runs,
+            &work.join(format!("n{n}")),
+            &out.join(format!("n{n}")),
+        )?;
+        println!(
+            "| {n} | {} | {runs} | {} | {} | {} | {} |",
+            s.files,
+            ms(s.wall_median),
+            ms(s.wall_min),
+            ms(s.cpu_median),
+            mib(s.rss_median_kib),
+        );
+        if n == TARGET_PODS {
+            verdict = Some(s.wall_median);
+        }
+    }
+    if let Some(w) = verdict {
+        println!();
+        println!(
+            "target: {TARGET_PODS} pods in under {} ms: {} (median {})",
+            TARGET_WALL.as_millis(),
+            if w < TARGET_WALL { "met" } else { "MISSED" },
+            ms(w)
+        );
+    }
+    Ok(())
+}
+
+struct Summary {
+    files: usize,
+    wall_median: Duration,
+    wall_min: Duration,
+    cpu_median: Duration,
+    rss_median_kib: u64,
+}
+
+/// Writes `n` manifests under `dir/root/etc/pods.d`, runs the generator once to warm the caches
+/// (and to check it succeeds), then `runs` measured times, each into a fresh empty `out` as systemd
+/// gives it.
+fn bench(
+    generator: &Path,
+    n: usize,
+    runs: usize,
+    dir: &Path,
+    out: &Path,
+) -> Result<Summary, String> {
+    let root = dir.join("root");
+    let pods = root.join("etc/pods.d");
+    std::fs::create_dir_all(&pods).map_err(|e| format!("{}: {e}", pods.display()))?;
+    for i in 0..n {
+        let f = pods.join(format!("pod-{i:05}.yaml"));
+        std::fs::write(&f, manifest::pod(i)).map_err(|e| format!("{}: {e}", f.display()))?;
+    }
+    let stderr = dir.join("stderr");
+    run_once(generator, &root, out, &stderr)?;
+    let files = count_files(out);
+    let expected = n * manifest::UNITS_PER_POD;
+    if files < expected {
+        return Err(format!(
+            "{n} pods: only {files} files written, expected at least {expected}"
+        ));
+    }
+    let mut samples: Vec<rusage::Sample> = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        samples.push(run_once(generator, &root, out, &stderr)?);
+    }
+    let median = |mut v: Vec<Duration>| {
+        v.sort();
+        v[v.len() / 2]
+    };
+    let mut rss: Vec<u64> = samples.iter().map(|s| s.max_rss_kib).collect();
+    rss.sort();
+    Ok(Summary {
+        files,
+        wall_median: median(samples.iter().map(|s| s.wall).collect()),
+        wall_min: samples.iter().map(|s| s.wall).min().unwrap_or_default(),
+        cpu_median: median(samples.iter().map(|s| s.user + s.sys).collect()),
+        rss_median_kib: rss[rss.len() / 2],
+    })
+}
+
+/// One generator run into an empty `out`; fails unless it exits 0 without a message.
+fn run_once(
+    generator: &Path,
+    root: &Path,
+    out: &Path,
+    stderr: &Path,
+) -> Result<rusage::Sample, String> {
+    let _ = std::fs::remove_dir_all(out);
+    std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
+    let err_file =
+        std::fs::File::create(stderr).map_err(|e| format!("{}: {e}", stderr.display()))?;
+    let mut cmd = Command::new(generator);
+    cmd.arg(out)
+        .env("PODUNIT_ROOT", root)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(err_file);
+    let sample = rusage::run(&mut cmd).map_err(|e| format!("{}: {e}", generator.display()))?;
+    let msg = std::fs::read_to_string(stderr).unwrap_or_default();
+    if sample.status != Some(0) || !msg.is_empty() {
+        let head: String = msg.lines().take(10).collect::<Vec<_>>().join("\n");
+        return Err(format!(
+            "generator exited with {:?}; its stderr began:\n{head}",
+            sample.status
+        ));
+    }
+    Ok(sample)
+}
+
+fn count_files(dir: &Path) -> usize {
+    let mut n = 0;
+    let mut todo: Vec<PathBuf> = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            match e.file_type() {
+                Ok(t) if t.is_dir() => todo.push(e.path()),
+                Ok(_) => n += 1,
+                Err(_) => {}
+            }
+        }
+    }
+    n
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.1} ms", d.as_secs_f64() * 1000.0)
+}
+
+fn mib(kib: u64) -> String {
+    format!("{:.1} MiB", kib as f64 / 1024.0)
+}

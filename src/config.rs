@@ -1,0 +1,159 @@
+//! The node configuration, `/etc/podunit/config.yaml`.
+//!
+//! Every key is optional: an empty or missing file means local mode (no API server) with the default
+//! policy. Unknown keys are not fatal (a newer config on an older podunit must still boot the node) but
+//! are reported with their path, so a typo does not silently fall back to a default.
+
+use crate::policy::Policy;
+use serde::Deserialize;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// The whole file. Field names are the YAML keys in camelCase.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Config {
+    /// This node's name in the cluster; defaults to the host name (lower-cased, as the kubelet does).
+    pub node_name: Option<String>,
+    /// A kubeconfig with the node's credentials. Absent: local mode, the API server is never contacted.
+    pub kubeconfig: Option<PathBuf>,
+    /// The node IP to report (InternalIP, pods' hostIP/podIP); default: the default route's address.
+    #[serde(rename = "nodeIP")]
+    pub node_ip: Option<String>,
+    /// Extra labels for the Node object (the standard ones are always set).
+    pub node_labels: std::collections::BTreeMap<String, String>,
+    /// Timing of the node agent (cluster mode).
+    pub cluster: ClusterTiming,
+    /// What pods may do on this node.
+    pub policy: Policy,
+}
+
+/// Periods of the node agent, in seconds. The defaults are the kubelet's.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ClusterTiming {
+    /// Lease renewal period (kubelet: 10 s, a quarter of the lease duration).
+    pub lease_renew_seconds: u64,
+    /// Lease duration written into the Lease (kubelet: 40 s).
+    pub lease_duration_seconds: i32,
+    /// Node status is posted at least this often even when nothing changed (kubelet: 5 min with leases;
+    /// podunit posts every minute so `kubectl get node` ages stay fresh).
+    pub node_status_report_seconds: u64,
+    /// Quiet time before a burst of spool changes turns into one `daemon-reload`, in milliseconds.
+    pub reload_debounce_millis: u64,
+    /// Upper bound of the watch back-off, in seconds.
+    pub max_backoff_seconds: u64,
+}
+
+impl Default for ClusterTiming {
+    fn default() -> Self {
+        ClusterTiming {
+            lease_renew_seconds: 10,
+            lease_duration_seconds: 40,
+            node_status_report_seconds: 60,
+            reload_debounce_millis: 300,
+            max_backoff_seconds: 30,
+        }
+    }
+}
+
+/// Why the configuration could not be used.
+#[derive(Debug)]
+pub enum ConfigError {
+    Read(PathBuf, std::io::Error),
+    Parse(PathBuf, String),
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigError::Read(p, e) => write!(f, "{}: {e}", p.display()),
+            ConfigError::Parse(p, e) => write!(f, "{}: {e}", p.display()),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// A parsed configuration plus the keys that were not understood (as dotted paths).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Loaded {
+    pub config: Config,
+    pub unknown_keys: Vec<String>,
+}
+
+impl Config {
+    /// Parses the YAML text of the config file.
+    pub fn parse(text: &str) -> Result<Loaded, String> {
+        if text.trim().is_empty() {
+            return Ok(Loaded::default());
+        }
+        let mut unknown = Vec::new();
+        let config: Config = serde_saphyr::with_deserializer_from_str(text, |de| {
+            serde_ignored::deserialize(de, |path| unknown.push(path.to_string()))
+        })
+        .map_err(|e| e.to_string())?;
+        Ok(Loaded {
+            config,
+            unknown_keys: unknown,
+        })
+    }
+
+    /// Reads `path`; a missing file is the default configuration (local mode).
+    pub fn load(path: &Path) -> Result<Loaded, ConfigError> {
+        match std::fs::read_to_string(path) {
+            Ok(t) => Config::parse(&t).map_err(|e| ConfigError::Parse(path.to_path_buf(), e)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Loaded::default()),
+            Err(e) => Err(ConfigError::Read(path.to_path_buf(), e)),
+        }
+    }
+
+    /// The node name: configured, else the host name lower-cased (kubelet's default).
+    pub fn node_name(&self) -> String {
+        if let Some(n) = self.node_name.as_deref().filter(|n| !n.is_empty()) {
+            return n.to_string();
+        }
+        host_name()
+    }
+}
+
+/// The kernel's host name, lower-cased, without a trailing newline.
+pub fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_ascii_lowercase())
+        .unwrap_or_else(|_| "localhost".to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_file_is_local_mode() {
+        let l = Config::parse("").unwrap();
+        assert_eq!(l.config.kubeconfig, None);
+        assert!(l.unknown_keys.is_empty());
+    }
+
+    #[test]
+    fn keys_parse_and_unknown_are_reported() {
+        let l = Config::parse(
+            "nodeName: edge-1\nkubeconfig: /etc/podunit/kubeconfig\nnodeLables: {a: b}\n\
+             cluster:\n  leaseRenewSeconds: 5\n  bogus: 1\n",
+        )
+        .unwrap();
+        assert_eq!(l.config.node_name(), "edge-1");
+        assert_eq!(
+            l.config.kubeconfig.as_deref(),
+            Some(Path::new("/etc/podunit/kubeconfig"))
+        );
+        assert_eq!(l.config.cluster.lease_renew_seconds, 5);
+        assert_eq!(l.config.cluster.lease_duration_seconds, 40);
+        assert_eq!(l.unknown_keys, vec!["nodeLables", "cluster.bogus"]);
+    }
+
+    #[test]
+    fn wrong_type_is_an_error() {
+        assert!(Config::parse("cluster:\n  leaseRenewSeconds: soon\n").is_err());
+    }
+}

@@ -1,0 +1,1394 @@
+//! The node agent: podunit-sync's cluster mode, the kubelet's job on a host without a container
+//! runtime. Plain threads, no async runtime:
+//!
+//! - the **node loop** registers the Node, renews its Lease every 10 s and posts node status on
+//!   change and at least every minute;
+//! - the **pod watcher** lists and watches this node's pods (`spec.nodeName=<node>`), resuming from
+//!   the last resourceVersion, re-listing on 410 Gone, backing off with jitter;
+//! - the **unit watcher** wakes the worker when systemd reports a change;
+//! - the **worker** (the calling thread) owns all pod state: it admits pods (policy, validation,
+//!   referenced objects, tokens), writes the spool, coalesces reloads, posts PodStatus when it
+//!   changes, runs the two-phase deletion and keeps mirror pods for static pods.
+//!
+//! An unreachable API server never stops pods: the spool stays as it is, statuses wait and are posted
+//! once the server answers again.
+
+use super::backoff::Backoff;
+use super::client::{self, ApiError, Client, DeleteOptions, ListParams};
+use super::observe::{self, UnitProps};
+use super::podstatus::{self, NodeAddrs};
+use super::spool::{self, Spool};
+use super::units::Units;
+use super::watch::Event;
+use super::{mirror, node, token};
+use crate::config::ClusterTiming;
+use crate::paths::Paths;
+use crate::policy::{self, Policy};
+use k8s_openapi::api::authentication::v1::TokenRequest;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, PodStatus, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use k8s_openapi::jiff::Timestamp;
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// What the agent needs besides the API client and systemd.
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    pub node_name: String,
+    pub timing: ClusterTiming,
+    pub policy: Policy,
+    pub labels: BTreeMap<String, String>,
+    pub paths: Paths,
+    /// The node IP to report instead of the detected one.
+    pub node_ip: Option<String>,
+    /// `systemd://<version>` for nodeInfo.
+    pub runtime_version: String,
+}
+
+/// State shared between the loops.
+#[derive(Default)]
+pub struct Shared {
+    pub node_uid: Mutex<Option<String>>,
+    pub node_ips: Mutex<Vec<String>>,
+    pub stop: AtomicBool,
+}
+
+impl Shared {
+    fn stopping(&self) -> bool {
+        self.stop.load(Ordering::SeqCst)
+    }
+}
+
+/// Sleeps up to `d`, waking early when the agent stops. False when stopping.
+fn nap(shared: &Shared, d: Duration) -> bool {
+    let end = Instant::now() + d;
+    while Instant::now() < end {
+        if shared.stopping() {
+            return false;
+        }
+        std::thread::sleep((end - Instant::now()).min(Duration::from_millis(100)));
+    }
+    !shared.stopping()
+}
+
+fn now() -> Timestamp {
+    // jiff is built without its clock (k8s-openapi leaves `std` off): read the system clock here.
+    let d = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    Timestamp::new(d.as_secs() as i64, d.subsec_nanos() as i32).unwrap_or_default()
+}
+
+fn log(msg: impl AsRef<str>) {
+    eprintln!("podunit-sync: {}", msg.as_ref());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Node registration, status and Lease
+
+/// Registers the Node (or adopts the existing one) and returns it.
+fn register(client: &Client, cfg: &AgentConfig, info: &node::HostInfo) -> Result<Node, ApiError> {
+    let path = client::path::<Node>(None, None);
+    let want = node::node(&cfg.node_name, info, &cfg.labels, now());
+    match client.create::<_, Node>(&path, &want) {
+        Ok(n) => {
+            log(format!("registered node {}", cfg.node_name));
+            Ok(n)
+        }
+        Err(e) if e.code() == Some(409) => {
+            // Already registered (a restart): make sure our labels are on it.
+            let p = client::path::<Node>(None, Some(&cfg.node_name));
+            let patch = serde_json::json!({"metadata": {"labels": want.metadata.labels}});
+            client.merge_patch::<Node>(&p, &patch)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Runs until stopped: register, then Lease every `lease_renew_seconds`, status on change and every
+/// `node_status_report_seconds`.
+pub fn node_loop(client: Client, cfg: AgentConfig, shared: Arc<Shared>) {
+    let t = &cfg.timing;
+    let mut backoff = Backoff::with_time_seed(Duration::from_millis(200), Duration::from_secs(7));
+    let storage = cfg.paths.host(Paths::STATE);
+    let mut info = node::gather(storage.parent().unwrap_or(&storage), cfg.node_ip.as_deref());
+    info.runtime_version = cfg.runtime_version.clone();
+    *shared.node_ips.lock().unwrap() = info.addresses.clone();
+    let mut node_obj = loop {
+        match register(&client, &cfg, &info) {
+            Ok(n) => break n,
+            Err(e) => {
+                log(format!("node registration: {e}"));
+                if !nap(&shared, backoff.next_delay()) {
+                    return;
+                }
+            }
+        }
+    };
+    backoff.reset();
+    *shared.node_uid.lock().unwrap() = node_obj.metadata.uid.clone();
+    let mut posted: Option<k8s_openapi::api::core::v1::NodeStatus> = None;
+    let mut last_post = Instant::now() - Duration::from_secs(3600);
+    let mut lease: Option<Lease> = None;
+    loop {
+        // Lease first: it is what tells the control plane this node is alive.
+        match renew_lease(
+            &client,
+            &cfg,
+            lease.take(),
+            node_obj.metadata.uid.as_deref(),
+        ) {
+            Ok(l) => lease = Some(l),
+            Err(e) => log(format!("lease: {e}")),
+        }
+        let mut fresh = node::gather(storage.parent().unwrap_or(&storage), cfg.node_ip.as_deref());
+        fresh.runtime_version = cfg.runtime_version.clone();
+        *shared.node_ips.lock().unwrap() = fresh.addresses.clone();
+        let prev = posted.as_ref().or(node_obj.status.as_ref());
+        let st = node::status(&fresh, prev, now());
+        let changed = posted.as_ref().is_none_or(|p| node::status_changed(p, &st));
+        if changed || last_post.elapsed() >= Duration::from_secs(t.node_status_report_seconds) {
+            let p = format!(
+                "{}/status",
+                client::path::<Node>(None, Some(&cfg.node_name))
+            );
+            match client.merge_patch::<Node>(&p, &serde_json::json!({ "status": st })) {
+                Ok(n) => {
+                    posted = Some(st);
+                    last_post = Instant::now();
+                    node_obj = n;
+                    backoff.reset();
+                }
+                Err(e) if e.is_not_found() => {
+                    // Someone deleted our Node: register again.
+                    log("node object is gone; registering again");
+                    if let Ok(n) = register(&client, &cfg, &fresh) {
+                        *shared.node_uid.lock().unwrap() = n.metadata.uid.clone();
+                        node_obj = n;
+                        posted = None;
+                        lease = None;
+                    }
+                }
+                Err(e) => log(format!("node status: {e}")),
+            }
+        }
+        info = fresh;
+        let _ = &info;
+        let wait = if lease.is_some() {
+            Duration::from_secs(t.lease_renew_seconds)
+        } else {
+            // The kubelet retries a failed renewal quickly (200 ms doubling to 7 s).
+            backoff.next_delay()
+        };
+        if !nap(&shared, wait) {
+            return;
+        }
+    }
+}
+
+fn renew_lease(
+    client: &Client,
+    cfg: &AgentConfig,
+    known: Option<Lease>,
+    node_uid: Option<&str>,
+) -> Result<Lease, ApiError> {
+    let path = client::path::<Lease>(Some(node::LEASE_NAMESPACE), Some(&cfg.node_name));
+    let current = match known {
+        Some(l) => Some(l),
+        None => match client.get::<Lease>(&path) {
+            Ok(l) => Some(l),
+            Err(e) if e.is_not_found() => None,
+            Err(e) => return Err(e),
+        },
+    };
+    let Some(mut l) = current else {
+        let want = node::lease(
+            &cfg.node_name,
+            node_uid,
+            cfg.timing.lease_duration_seconds,
+            now(),
+        );
+        return client.create(
+            &client::path::<Lease>(Some(node::LEASE_NAMESPACE), None),
+            &want,
+        );
+    };
+    let spec = l.spec.get_or_insert_with(Default::default);
+    spec.holder_identity = Some(cfg.node_name.clone());
+    spec.lease_duration_seconds = Some(cfg.timing.lease_duration_seconds);
+    spec.renew_time = Some(MicroTime(now()));
+    // PUT with our resourceVersion: a conflict means we hold a stale copy; re-read next time.
+    client.replace(&path, &l)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pod list + watch
+
+/// What the watcher tells the worker.
+#[derive(Debug)]
+pub enum Msg {
+    /// A complete list: pods not in it are gone.
+    Sync(Vec<Pod>),
+    Upsert(Box<Pod>),
+    Deleted(Box<Pod>),
+    /// systemd reported a unit change.
+    UnitsChanged,
+}
+
+/// Lists and watches this node's pods until stopped.
+pub fn watch_loop(client: Client, cfg: AgentConfig, shared: Arc<Shared>, tx: Sender<Msg>) {
+    let path = client::path::<Pod>(None, None);
+    let selector = format!("spec.nodeName={}", cfg.node_name);
+    let mut backoff = Backoff::with_time_seed(
+        Duration::from_millis(500),
+        Duration::from_secs(cfg.timing.max_backoff_seconds.max(1)),
+    );
+    let mut rv: Option<String> = None;
+    while !shared.stopping() {
+        if rv.is_none() {
+            let params = ListParams {
+                field_selector: Some(selector.clone()),
+                ..Default::default()
+            };
+            match client.list::<Pod>(&path, &params) {
+                Ok(list) => {
+                    rv = list.metadata.resource_version.clone();
+                    if tx.send(Msg::Sync(list.items)).is_err() {
+                        return;
+                    }
+                }
+                Err(e) => {
+                    log(format!("listing pods: {e}"));
+                    if !nap(&shared, backoff.next_delay()) {
+                        return;
+                    }
+                    continue;
+                }
+            }
+        }
+        // Watches end by themselves after a randomised 5-10 minutes, as client-go's reflector does.
+        let timeout = 300 + (backoff.next_delay().as_millis() as u32 % 300);
+        backoff.reset();
+        let params = ListParams {
+            field_selector: Some(selector.clone()),
+            resource_version: rv.clone(),
+            allow_watch_bookmarks: true,
+            timeout_seconds: Some(timeout),
+            ..Default::default()
+        };
+        let stream = match client.watch::<Pod>(&path, &params) {
+            Ok(s) => s,
+            Err(e) if e.is_gone() => {
+                rv = None;
+                continue;
+            }
+            Err(e) => {
+                log(format!("watching pods: {e}"));
+                if !nap(&shared, backoff.next_delay()) {
+                    return;
+                }
+                continue;
+            }
+        };
+        let mut got_any = false;
+        for ev in stream {
+            if shared.stopping() {
+                return;
+            }
+            let msg = match ev {
+                Ok(Event::Bookmark(v)) => {
+                    rv = Some(v);
+                    continue;
+                }
+                Ok(Event::Added(p) | Event::Modified(p)) => {
+                    rv = p.metadata.resource_version.clone().or(rv);
+                    Msg::Upsert(Box::new(p))
+                }
+                Ok(Event::Deleted(p)) => {
+                    rv = p.metadata.resource_version.clone().or(rv);
+                    Msg::Deleted(Box::new(p))
+                }
+                Err(e) if e.is_gone() => {
+                    log("watch expired (410 Gone); listing again");
+                    rv = None;
+                    break;
+                }
+                Err(e) => {
+                    log(format!("watch ended: {e}"));
+                    break;
+                }
+            };
+            got_any = true;
+            if tx.send(msg).is_err() {
+                return;
+            }
+        }
+        if !got_any && rv.is_some() && !nap(&shared, backoff.next_delay()) {
+            return;
+        }
+    }
+}
+
+/// Forwards systemd's change notifications to the worker.
+pub fn unit_watch_loop(units: Arc<dyn Units>, shared: Arc<Shared>, tx: Sender<Msg>) {
+    while !shared.stopping() {
+        if units.wait_change(Duration::from_secs(1)) && tx.send(Msg::UnitsChanged).is_err() {
+            return;
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The worker
+
+#[derive(Debug, Clone, PartialEq)]
+enum Phase {
+    /// Written to the spool; its units run (or will, after the next reload).
+    Active,
+    /// Not run: policy, validation or image; the reason and message were posted.
+    Rejected { reason: String, message: String },
+    /// Waiting for something it needs (a ConfigMap, Secret or token); retried.
+    Blocked { reason: String, message: String },
+    /// deletionTimestamp seen: units stopping; DELETE once they are down or the grace ran out.
+    Terminating { deadline: Instant, killed: bool },
+}
+
+#[derive(Debug)]
+struct PodRec {
+    pod: Pod,
+    phase: Phase,
+    posted: Option<PodStatus>,
+    /// token file path -> when to refresh it
+    tokens: HashMap<String, Timestamp>,
+    event_sent: bool,
+}
+
+/// A static pod and its mirror (keyed by the static pod's namespace and name).
+struct MirrorRec {
+    hash: String,
+    mirror_name: String,
+    static_pod: Pod,
+    posted: Option<PodStatus>,
+}
+
+/// The worker's state.
+pub struct Worker {
+    client: Client,
+    cfg: AgentConfig,
+    shared: Arc<Shared>,
+    units: Arc<dyn Units>,
+    spool: Spool,
+    pods: BTreeMap<(String, String), PodRec>,
+    mirrors: BTreeMap<(String, String), MirrorRec>,
+    /// Mirror pods bound to this node as the watch shows them, by (namespace, mirror name). A node
+    /// may not read pods that are not bound to it, so this is the only way to know them.
+    api_mirrors: BTreeMap<(String, String), Pod>,
+    dirty_since: Option<Instant>,
+    last_dirty: Instant,
+    api_retry_at: Option<Instant>,
+    api_backoff: Backoff,
+    last_refresh: Instant,
+    last_mirror_scan: Option<Instant>,
+    status_due: bool,
+    /// How many daemon-reloads were asked for (tests and benchmarks read it).
+    pub reloads: u64,
+}
+
+fn key_of(p: &Pod) -> (String, String) {
+    (
+        p.metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into()),
+        p.metadata.name.clone().unwrap_or_default(),
+    )
+}
+
+fn uid_of(p: &Pod) -> String {
+    p.metadata.uid.clone().unwrap_or_default()
+}
+
+impl Worker {
+    pub fn new(
+        client: Client,
+        cfg: AgentConfig,
+        shared: Arc<Shared>,
+        units: Arc<dyn Units>,
+    ) -> std::io::Result<Worker> {
+        let spool = Spool::new(cfg.paths.spool());
+        spool.init()?;
+        Ok(Worker {
+            client,
+            cfg,
+            shared,
+            units,
+            spool,
+            pods: BTreeMap::new(),
+            mirrors: BTreeMap::new(),
+            api_mirrors: BTreeMap::new(),
+            dirty_since: None,
+            last_dirty: Instant::now(),
+            api_retry_at: None,
+            api_backoff: Backoff::with_time_seed(
+                Duration::from_millis(500),
+                Duration::from_secs(30),
+            ),
+            last_refresh: Instant::now(),
+            last_mirror_scan: None,
+            status_due: true,
+            reloads: 0,
+        })
+    }
+
+    fn api_ok(&self) -> bool {
+        self.api_retry_at.is_none_or(|t| Instant::now() >= t)
+    }
+
+    /// Notes an API failure: transient ones pause API calls for a backed-off while.
+    fn api_failed(&mut self, what: &str, e: &ApiError) {
+        log(format!("{what}: {e}"));
+        if e.is_transient() {
+            self.api_retry_at = Some(Instant::now() + self.api_backoff.next_delay());
+        }
+    }
+
+    fn api_worked(&mut self) {
+        if self.api_retry_at.take().is_some() {
+            self.api_backoff.reset();
+        }
+    }
+
+    fn node_addrs(&self) -> NodeAddrs {
+        NodeAddrs {
+            ips: self.shared.node_ips.lock().unwrap().clone(),
+        }
+    }
+
+    fn mark_dirty(&mut self) {
+        self.last_dirty = Instant::now();
+        self.dirty_since.get_or_insert(self.last_dirty);
+    }
+
+    /// Runs until stopped, handling messages from `rx`.
+    pub fn run(&mut self, rx: Receiver<Msg>) {
+        let tick = Duration::from_millis(self.cfg.timing.reload_debounce_millis.clamp(50, 1000));
+        while !self.shared.stopping() {
+            match rx.recv_timeout(tick) {
+                Ok(m) => {
+                    self.handle(m);
+                    // Drain what is queued so a burst becomes one reload.
+                    while let Ok(m) = rx.try_recv() {
+                        self.handle(m);
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return,
+            }
+            self.tick();
+        }
+    }
+
+    pub fn handle(&mut self, m: Msg) {
+        match m {
+            Msg::Sync(list) => self.sync(list),
+            Msg::Upsert(p) => self.upsert(*p),
+            Msg::Deleted(p) => self.gone(&p),
+            Msg::UnitsChanged => self.status_due = true,
+        }
+    }
+
+    /// Periodic work after each batch of messages.
+    pub fn tick(&mut self) {
+        let debounce = Duration::from_millis(self.cfg.timing.reload_debounce_millis);
+        if let Some(since) = self.dirty_since
+            && (self.last_dirty.elapsed() >= debounce || since.elapsed() >= debounce * 10)
+        {
+            self.dirty_since = None;
+            self.reloads += 1;
+            if let Err(e) = self.units.reload() {
+                log(format!("reload: {e}"));
+            }
+            self.status_due = true;
+        }
+        if self.api_ok() && self.last_refresh.elapsed() >= Duration::from_secs(60) {
+            self.last_refresh = Instant::now();
+            self.refresh_all();
+        }
+        if self.api_ok() {
+            self.refresh_tokens();
+            self.progress_terminations();
+            self.scan_mirrors();
+            if self.status_due {
+                self.status_due = false;
+                self.post_statuses();
+            }
+        }
+    }
+
+    fn sync(&mut self, list: Vec<Pod>) {
+        let keys: std::collections::BTreeSet<(String, String)> = list
+            .iter()
+            .filter(|p| !mirror::is_mirror(p))
+            .map(key_of)
+            .collect();
+        // Pods deleted while we were not watching.
+        let gone: Vec<(String, String)> = self
+            .pods
+            .keys()
+            .filter(|k| !keys.contains(*k))
+            .cloned()
+            .collect();
+        for k in gone {
+            self.forget(&k, true);
+        }
+        for f in self.spool.list().unwrap_or_default() {
+            if let Some(k) = spool::parse_file_name(&f)
+                && !keys.contains(&k)
+            {
+                log(format!("{}/{}: no longer assigned to this node", k.0, k.1));
+                self.stop_units_of_file(&k);
+                let _ = self.spool.remove(&f);
+                self.mark_dirty();
+            }
+        }
+        self.api_mirrors.clear();
+        for p in list {
+            if mirror::is_mirror(&p) {
+                self.api_mirrors.insert(key_of(&p), p);
+                continue;
+            }
+            self.upsert(p);
+        }
+        self.status_due = true;
+    }
+
+    fn stop_units_of_file(&self, k: &(String, String)) {
+        let units = vec![crate::naming::pod_service(&k.0, &k.1)];
+        if let Err(e) = self.units.stop(&units, false) {
+            log(format!("stopping {}/{}: {e}", k.0, k.1));
+        }
+    }
+
+    fn upsert(&mut self, pod: Pod) {
+        if mirror::is_mirror(&pod) {
+            self.api_mirrors.insert(key_of(&pod), pod);
+            self.last_mirror_scan = None;
+            return;
+        }
+        let k = key_of(&pod);
+        if let Some(rec) = self.pods.get(&k)
+            && uid_of(&rec.pod) != uid_of(&pod)
+        {
+            // Same name, new pod: the old one is gone.
+            self.forget(&k, true);
+        }
+        let terminating = pod.metadata.deletion_timestamp.is_some();
+        if let Some(rec) = self.pods.get_mut(&k) {
+            let same_spec = rec.pod.spec == pod.spec
+                && rec.pod.metadata.labels == pod.metadata.labels
+                && rec.pod.metadata.annotations == pod.metadata.annotations;
+            let api_status = pod.status.clone();
+            rec.pod = pod;
+            if rec.posted.is_none() {
+                rec.posted = api_status;
+            }
+            if terminating {
+                if !matches!(rec.phase, Phase::Terminating { .. }) {
+                    self.begin_termination(&k);
+                }
+                return;
+            }
+            if same_spec && !matches!(rec.phase, Phase::Blocked { .. }) {
+                return;
+            }
+        } else {
+            let posted = pod.status.clone();
+            let phase_done = matches!(
+                posted.as_ref().and_then(|s| s.phase.as_deref()),
+                Some("Succeeded" | "Failed")
+            );
+            let in_spool = self.spool.dir.join(spool::file_name(&k.0, &k.1)).exists();
+            self.pods.insert(
+                k.clone(),
+                PodRec {
+                    pod,
+                    phase: Phase::Active,
+                    posted,
+                    tokens: HashMap::new(),
+                    event_sent: false,
+                },
+            );
+            if terminating {
+                self.begin_termination(&k);
+                return;
+            }
+            if phase_done && !in_spool {
+                // A finished pod is never run again (the kubelet does not restart terminal pods).
+                return;
+            }
+        }
+        self.admit(&k);
+    }
+
+    /// Policy, validation, referenced objects, tokens, then the spool.
+    fn admit(&mut self, k: &(String, String)) {
+        let Some(rec) = self.pods.get(k) else { return };
+        let pod = rec.pod.clone();
+        if let Err(v) = policy::check(&pod, &self.cfg.policy) {
+            self.reject(k, policy::Violation::REASON, &v.to_string());
+            return;
+        }
+        let (cms, secrets) = match self.fetch_refs(&pod) {
+            Ok(x) => x,
+            Err(Some((reason, message))) => {
+                self.block(k, &reason, &message);
+                return;
+            }
+            // The API server is unreachable: leave whatever the spool has.
+            Err(None) => return,
+        };
+        let text = spool::render(&pod, &cms, &secrets);
+        if let Err(msg) = self.validate(k, &text) {
+            self.reject(k, "InvalidPod", &msg);
+            return;
+        }
+        if let Err(e) = self.issue_tokens(k) {
+            if let Some(msg) = e {
+                self.block(k, "CreateContainerConfigError", &msg);
+            }
+            return;
+        }
+        match self
+            .spool
+            .put(&spool::file_name(&k.0, &k.1), text.as_bytes())
+        {
+            Ok(true) => self.mark_dirty(),
+            Ok(false) => {}
+            Err(e) => {
+                log(format!("{}/{}: writing the spool: {e}", k.0, k.1));
+                return;
+            }
+        }
+        if let Some(rec) = self.pods.get_mut(k) {
+            rec.phase = Phase::Active;
+        }
+        self.status_due = true;
+    }
+
+    /// The generator's own checks, run on exactly what it will read.
+    fn validate(&self, k: &(String, String), text: &str) -> Result<(), String> {
+        let mut c = crate::manifest::Catalog::default();
+        let shown = PathBuf::from(Paths::SPOOL).join(spool::file_name(&k.0, &k.1));
+        c.add_text(&shown, text, crate::paths::Source::Spool);
+        let facts = crate::generate::detect_node(&self.cfg.paths);
+        let images = crate::generate::FsImages {
+            paths: self.cfg.paths.clone(),
+            host_aliases: self.cfg.policy.host_images.clone(),
+        };
+        let g = crate::generate::generate(&c, &facts, &images);
+        let errors: Vec<String> = g
+            .problems
+            .iter()
+            .filter(|p| p.is_error())
+            .map(|p| {
+                let mut s = String::new();
+                if let Some(path) = &p.path {
+                    s.push_str(path);
+                    s.push_str(": ");
+                }
+                s.push_str(&p.message);
+                s
+            })
+            .collect();
+        if errors.is_empty() && !g.pods.is_empty() {
+            Ok(())
+        } else if errors.is_empty() {
+            Err("the pod could not be translated to units".into())
+        } else {
+            Err(errors.join("; "))
+        }
+    }
+
+    /// ConfigMaps and Secrets the pod uses. `Err(Some)`: a required one is missing (reason, message);
+    /// `Err(None)`: the API server did not answer.
+    #[allow(clippy::type_complexity)]
+    fn fetch_refs(
+        &mut self,
+        pod: &Pod,
+    ) -> Result<(Vec<ConfigMap>, Vec<Secret>), Option<(String, String)>> {
+        let Some(spec) = pod.spec.as_ref() else {
+            return Ok((Vec::new(), Vec::new()));
+        };
+        let ns = key_of(pod).0;
+        let refs = spool::refs(spec);
+        let mut cms = Vec::new();
+        for (name, optional) in &refs.config_maps {
+            match self
+                .client
+                .get::<ConfigMap>(&client::path::<ConfigMap>(Some(&ns), Some(name)))
+            {
+                Ok(c) => cms.push(c),
+                Err(e) if e.is_not_found() && *optional => {}
+                Err(e) if e.is_not_found() => {
+                    return Err(Some((
+                        "CreateContainerConfigError".into(),
+                        format!("configmap \"{name}\" not found"),
+                    )));
+                }
+                Err(e) => {
+                    self.api_failed("reading a configmap", &e);
+                    return Err(None);
+                }
+            }
+        }
+        let mut secs = Vec::new();
+        for (name, optional) in &refs.secrets {
+            match self
+                .client
+                .get::<Secret>(&client::path::<Secret>(Some(&ns), Some(name)))
+            {
+                Ok(s) => secs.push(s),
+                Err(e) if e.is_not_found() && *optional => {}
+                Err(e) if e.is_not_found() => {
+                    return Err(Some((
+                        "CreateContainerConfigError".into(),
+                        format!("secret \"{name}\" not found"),
+                    )));
+                }
+                Err(e) => {
+                    self.api_failed("reading a secret", &e);
+                    return Err(None);
+                }
+            }
+        }
+        self.api_worked();
+        Ok((cms, secs))
+    }
+
+    fn token_file(&self, uid: &str, path: &str) -> Option<PathBuf> {
+        let dir = self
+            .cfg
+            .paths
+            .host(&format!("{}/{uid}/tokens", Paths::RUNTIME));
+        crate::paths::join_inside(&dir, path)
+    }
+
+    /// Requests every token the pod's projected volumes need and writes them where pod-prepare
+    /// reads them (and into the running volume, when it exists).
+    fn issue_tokens(&mut self, k: &(String, String)) -> Result<(), Option<String>> {
+        let Some(rec) = self.pods.get(k) else {
+            return Ok(());
+        };
+        let pod = rec.pod.clone();
+        let uid = uid_of(&pod);
+        let sa = token::service_account(&pod);
+        for src in token::sources(&pod) {
+            let Some(file) = self.token_file(&uid, &src.path) else {
+                return Err(Some(format!("token path {:?} leaves the volume", src.path)));
+            };
+            let due = self
+                .pods
+                .get(k)
+                .and_then(|r| r.tokens.get(&src.path))
+                .is_none_or(|t| now() >= *t);
+            if !due && file.exists() {
+                continue;
+            }
+            let path = format!(
+                "{}/{sa}/token",
+                client::path::<k8s_openapi::api::core::v1::ServiceAccount>(Some(&k.0), None)
+            );
+            let tr: TokenRequest = match self.client.create(&path, &token::request(&pod, &src)) {
+                Ok(t) => t,
+                Err(e) if e.is_transient() => {
+                    self.api_failed("token request", &e);
+                    return Err(None);
+                }
+                Err(e) => return Err(Some(format!("service account token: {e}"))),
+            };
+            let Some(st) = tr.status else {
+                return Err(Some("TokenRequest answered without a token".into()));
+            };
+            let dir = file.parent().map(PathBuf::from).unwrap_or_default();
+            let write = || -> std::io::Result<()> {
+                use std::os::unix::fs::DirBuilderExt;
+                std::fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o700)
+                    .create(&dir)?;
+                spool::write_atomic(&file, st.token.as_bytes(), 0o600)?;
+                // The running pod sees the volume directory: replace the file there too.
+                let vol = self.cfg.paths.host(&format!(
+                    "{}/{uid}/volumes/{}",
+                    Paths::RUNTIME,
+                    src.volume
+                ));
+                if vol.is_dir()
+                    && let Some(target) = crate::paths::join_inside(&vol, &src.path)
+                {
+                    let mode = std::fs::metadata(&target)
+                        .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o777)
+                        .unwrap_or(0o644);
+                    spool::write_atomic(&target, st.token.as_bytes(), mode)?;
+                }
+                Ok(())
+            };
+            if let Err(e) = write() {
+                return Err(Some(format!("writing the token: {e}")));
+            }
+            let issued = now();
+            let at = token::refresh_at(issued, st.expiration_timestamp.0);
+            if let Some(r) = self.pods.get_mut(k) {
+                r.tokens.insert(src.path.clone(), at);
+            }
+        }
+        self.api_worked();
+        Ok(())
+    }
+
+    fn refresh_tokens(&mut self) {
+        let due: Vec<(String, String)> = self
+            .pods
+            .iter()
+            .filter(|(_, r)| r.phase == Phase::Active && r.tokens.values().any(|t| now() >= *t))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in due {
+            if let Err(Some(m)) = self.issue_tokens(&k) {
+                log(format!("{}/{}: {m}", k.0, k.1));
+            }
+        }
+    }
+
+    /// Re-reads referenced ConfigMaps and Secrets (the kubelet's TTL cache strategy) and retries
+    /// blocked pods.
+    fn refresh_all(&mut self) {
+        let keys: Vec<(String, String)> = self
+            .pods
+            .iter()
+            .filter(|(_, r)| matches!(r.phase, Phase::Active | Phase::Blocked { .. }))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in keys {
+            if !self.api_ok() {
+                return;
+            }
+            self.admit(&k);
+        }
+    }
+
+    fn reject(&mut self, k: &(String, String), reason: &str, message: &str) {
+        log(format!("{}/{}: {reason}: {message}", k.0, k.1));
+        // Never partly run: whatever was spooled for it goes.
+        if self
+            .spool
+            .remove(&spool::file_name(&k.0, &k.1))
+            .unwrap_or(false)
+        {
+            self.stop_units_of_file(k);
+            self.mark_dirty();
+        }
+        let addrs = self.node_addrs();
+        let Some(rec) = self.pods.get_mut(k) else {
+            return;
+        };
+        rec.phase = Phase::Rejected {
+            reason: reason.into(),
+            message: message.into(),
+        };
+        let st = podstatus::rejected(
+            &rec.pod,
+            reason,
+            message,
+            &addrs,
+            rec.posted.as_ref(),
+            now(),
+        );
+        let pod = rec.pod.clone();
+        if !rec.event_sent {
+            self.event(&pod, "Warning", reason, message);
+        }
+        self.post_status(k, st);
+    }
+
+    fn block(&mut self, k: &(String, String), reason: &str, message: &str) {
+        let Some(rec) = self.pods.get_mut(k) else {
+            return;
+        };
+        let new = Phase::Blocked {
+            reason: reason.into(),
+            message: message.into(),
+        };
+        let changed = rec.phase != new;
+        rec.phase = new;
+        if changed {
+            let pod = rec.pod.clone();
+            log(format!("{}/{}: {reason}: {message}", k.0, k.1));
+            self.event(&pod, "Warning", "Failed", message);
+            self.status_due = true;
+        }
+    }
+
+    /// Records an Event about the pod (core/v1, as `kubectl describe pod` shows them).
+    fn event(&mut self, pod: &Pod, kind: &str, reason: &str, message: &str) {
+        let (ns, name) = key_of(pod);
+        let t = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now());
+        let ev = k8s_openapi::api::core::v1::Event {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                name: Some(format!(
+                    "{name}.{:x}",
+                    now().as_nanosecond() as u64 & 0xffff_ffff_ffff
+                )),
+                namespace: Some(ns.clone()),
+                ..Default::default()
+            },
+            involved_object: k8s_openapi::api::core::v1::ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Pod".into()),
+                name: Some(name),
+                namespace: Some(ns.clone()),
+                uid: pod.metadata.uid.clone(),
+                ..Default::default()
+            },
+            reason: Some(reason.into()),
+            message: Some(message.into()),
+            type_: Some(kind.into()),
+            count: Some(1),
+            first_timestamp: Some(t.clone()),
+            last_timestamp: Some(t),
+            source: Some(k8s_openapi::api::core::v1::EventSource {
+                component: Some("kubelet".into()),
+                host: Some(self.cfg.node_name.clone()),
+            }),
+            reporting_component: Some("kubelet".into()),
+            reporting_instance: Some(self.cfg.node_name.clone()),
+            ..Default::default()
+        };
+        let path = client::path::<k8s_openapi::api::core::v1::Event>(Some(&ns), None);
+        match self.client.create::<_, serde_json::Value>(&path, &ev) {
+            Ok(_) => {
+                if let Some(r) = self.pods.get_mut(&key_of(pod)) {
+                    r.event_sent = true;
+                }
+            }
+            Err(e) => self.api_failed("posting an event", &e),
+        }
+    }
+
+    // -- deletion ------------------------------------------------------------------------------
+
+    fn begin_termination(&mut self, k: &(String, String)) {
+        let Some(rec) = self.pods.get_mut(k) else {
+            return;
+        };
+        let grace = rec
+            .pod
+            .metadata
+            .deletion_grace_period_seconds
+            .or_else(|| {
+                rec.pod
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.termination_grace_period_seconds)
+            })
+            .unwrap_or(30)
+            .max(0) as u64;
+        rec.phase = Phase::Terminating {
+            deadline: Instant::now() + Duration::from_secs(grace),
+            killed: false,
+        };
+        let units = observe::pod_units(&rec.pod);
+        log(format!("{}/{}: deleting (grace {grace}s)", k.0, k.1));
+        // Stop now (the pod unit's stop propagates to its containers with their TimeoutStopSec),
+        // then drop the manifest so the next reload forgets the units.
+        if let Err(e) = self.units.stop(&units[..1], false) {
+            log(format!("{}/{}: stop: {e}", k.0, k.1));
+        }
+        if self
+            .spool
+            .remove(&spool::file_name(&k.0, &k.1))
+            .unwrap_or(false)
+        {
+            self.mark_dirty();
+        }
+    }
+
+    fn progress_terminations(&mut self) {
+        let keys: Vec<(String, String)> = self
+            .pods
+            .iter()
+            .filter(|(_, r)| matches!(r.phase, Phase::Terminating { .. }))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in keys {
+            let Some(rec) = self.pods.get_mut(&k) else {
+                continue;
+            };
+            let Phase::Terminating { deadline, killed } = rec.phase.clone() else {
+                continue;
+            };
+            let units = observe::pod_units(&rec.pod);
+            let stopped = match self.units.props(&units) {
+                Ok(p) => observe::all_stopped(units.iter().filter_map(|u| p.get(u))),
+                Err(e) => {
+                    log(format!("{}/{}: {e}", k.0, k.1));
+                    false
+                }
+            };
+            if !stopped {
+                if Instant::now() >= deadline && !killed {
+                    log(format!("{}/{}: grace period over, killing", k.0, k.1));
+                    let _ = self.units.stop(&units, true);
+                    rec.phase = Phase::Terminating {
+                        deadline,
+                        killed: true,
+                    };
+                }
+                continue;
+            }
+            // Post the final status first, as the kubelet does, then remove the object for good.
+            let uid = uid_of(&rec.pod);
+            let path = client::path::<Pod>(Some(&k.0), Some(&k.1));
+            let opts = DeleteOptions {
+                grace_period_seconds: Some(0),
+                uid: Some(uid.clone()),
+                resource_version: None,
+            };
+            match self.client.delete(&path, &opts) {
+                Ok(()) => {}
+                Err(e) if e.is_not_found() || e.is_conflict() => {}
+                Err(e) => {
+                    self.api_failed("deleting a pod", &e);
+                    return;
+                }
+            }
+            self.forget(&k, false);
+        }
+    }
+
+    /// Drops all local traces of a pod: spool file, tokens, state and runtime dirs.
+    fn forget(&mut self, k: &(String, String), stop: bool) {
+        let Some(rec) = self.pods.remove(k) else {
+            return;
+        };
+        if stop {
+            self.stop_units_of_file(k);
+        }
+        if self
+            .spool
+            .remove(&spool::file_name(&k.0, &k.1))
+            .unwrap_or(false)
+        {
+            self.mark_dirty();
+        }
+        let uid = uid_of(&rec.pod);
+        if !uid.is_empty() && !uid.contains('/') && !uid.contains("..") {
+            for base in [Paths::STATE, Paths::RUNTIME] {
+                let _ = std::fs::remove_dir_all(self.cfg.paths.host(&format!("{base}/{uid}")));
+            }
+        }
+    }
+
+    fn gone(&mut self, pod: &Pod) {
+        if mirror::is_mirror(pod) {
+            let k = key_of(pod);
+            if self.api_mirrors.get(&k).map(uid_of) == Some(uid_of(pod)) {
+                self.api_mirrors.remove(&k);
+            }
+            self.last_mirror_scan = None;
+            return;
+        }
+        let k = key_of(pod);
+        if self
+            .pods
+            .get(&k)
+            .is_some_and(|r| uid_of(&r.pod) == uid_of(pod))
+        {
+            self.forget(&k, true);
+        }
+    }
+
+    // -- status ----------------------------------------------------------------------------------
+
+    fn post_status(&mut self, k: &(String, String), st: PodStatus) -> bool {
+        let Some(rec) = self.pods.get(k) else {
+            return false;
+        };
+        if rec.posted.as_ref() == Some(&st) {
+            return true;
+        }
+        let path = format!("{}/status", client::path::<Pod>(Some(&k.0), Some(&k.1)));
+        match self
+            .client
+            .merge_patch::<Pod>(&path, &serde_json::json!({ "status": st }))
+        {
+            Ok(p) => {
+                self.api_worked();
+                if let Some(rec) = self.pods.get_mut(k) {
+                    rec.posted = Some(st);
+                    if uid_of(&p) == uid_of(&rec.pod) {
+                        rec.pod.metadata.resource_version = p.metadata.resource_version;
+                    }
+                }
+                true
+            }
+            Err(e) if e.is_not_found() => true,
+            Err(e) => {
+                self.api_failed("posting pod status", &e);
+                false
+            }
+        }
+    }
+
+    fn post_statuses(&mut self) {
+        let keys: Vec<(String, String)> = self.pods.keys().cloned().collect();
+        let addrs = self.node_addrs();
+        for k in keys {
+            if !self.api_ok() {
+                // Try again once the API server is back.
+                self.status_due = true;
+                return;
+            }
+            let Some(rec) = self.pods.get(&k) else {
+                continue;
+            };
+            let st = match &rec.phase {
+                Phase::Rejected { reason, message } => podstatus::rejected(
+                    &rec.pod,
+                    reason,
+                    message,
+                    &addrs,
+                    rec.posted.as_ref(),
+                    now(),
+                ),
+                Phase::Blocked { reason, message } => {
+                    let mut obs = observe::observe(&rec.pod, &HashMap::new());
+                    for c in obs
+                        .containers
+                        .iter_mut()
+                        .chain(obs.init_containers.iter_mut())
+                    {
+                        c.state = podstatus::State::Waiting {
+                            reason: reason.clone(),
+                        };
+                    }
+                    let mut st =
+                        podstatus::build(&rec.pod, &obs, &addrs, rec.posted.as_ref(), now());
+                    for cs in st.container_statuses.iter_mut().flatten() {
+                        if let Some(w) = cs.state.as_mut().and_then(|s| s.waiting.as_mut()) {
+                            w.message = Some(message.clone());
+                        }
+                    }
+                    st
+                }
+                Phase::Active | Phase::Terminating { .. } => {
+                    let units = observe::pod_units(&rec.pod);
+                    let props: HashMap<String, UnitProps> = match self.units.props(&units) {
+                        Ok(p) => p,
+                        Err(e) => {
+                            log(format!("{}/{}: {e}", k.0, k.1));
+                            continue;
+                        }
+                    };
+                    let obs = observe::observe(&rec.pod, &props);
+                    podstatus::build(&rec.pod, &obs, &addrs, rec.posted.as_ref(), now())
+                }
+            };
+            if !self.post_status(&k, st) {
+                self.status_due = true;
+            }
+        }
+        self.post_mirror_statuses(&addrs);
+    }
+
+    // -- mirror pods -----------------------------------------------------------------------------
+
+    fn delete_mirror(&mut self, ns: &str, api: &Pod) -> bool {
+        let path = client::path::<Pod>(Some(ns), api.metadata.name.as_deref());
+        let opts = DeleteOptions {
+            grace_period_seconds: Some(0),
+            uid: api.metadata.uid.clone(),
+            resource_version: None,
+        };
+        match self.client.delete(&path, &opts) {
+            Ok(()) => true,
+            Err(e) if e.is_not_found() || e.is_conflict() => true,
+            Err(e) => {
+                self.api_failed("deleting a mirror pod", &e);
+                false
+            }
+        }
+    }
+
+    /// Keeps one current mirror pod per static pod, and none for anything else.
+    fn scan_mirrors(&mut self) {
+        if self
+            .last_mirror_scan
+            .is_some_and(|t| t.elapsed() < Duration::from_secs(10))
+        {
+            return;
+        }
+        self.last_mirror_scan = Some(Instant::now());
+        let Some(node_uid) = self.shared.node_uid.lock().unwrap().clone() else {
+            return;
+        };
+        let catalog = crate::manifest::Catalog::load(&self.cfg.paths);
+        let mut wanted = std::collections::BTreeSet::new();
+        let mut statics = BTreeMap::new();
+        for e in catalog.pods.iter().filter(|e| e.source.is_static()) {
+            if self.cfg.policy.check_local_pods && policy::check(&e.pod, &self.cfg.policy).is_err()
+            {
+                continue;
+            }
+            let k = (e.namespace().to_string(), e.name().to_string());
+            let mirror_name = mirror::name(&k.1, &self.cfg.node_name);
+            wanted.insert((k.0.clone(), mirror_name.clone()));
+            statics.insert(k, (e.pod.clone(), mirror_name));
+        }
+        // Mirrors of static pods that are gone (or never ours): removed, as the kubelet does.
+        let stale: Vec<((String, String), Pod)> = self
+            .api_mirrors
+            .iter()
+            .filter(|(k, _)| !wanted.contains(*k))
+            .map(|(k, p)| (k.clone(), p.clone()))
+            .collect();
+        for (k, p) in stale {
+            if !self.api_ok() || !self.delete_mirror(&k.0, &p) {
+                return;
+            }
+            self.api_mirrors.remove(&k);
+        }
+        self.mirrors.retain(|k, _| statics.contains_key(k));
+        for (k, (static_pod, mirror_name)) in statics {
+            if !self.api_ok() {
+                return;
+            }
+            let hash = mirror::config_hash(&static_pod);
+            let mk = (k.0.clone(), mirror_name.clone());
+            let current = self.api_mirrors.get(&mk).cloned();
+            let ok = current.as_ref().is_some_and(|p| {
+                mirror::mirrors(p, &hash) && p.metadata.deletion_timestamp.is_none()
+            });
+            if !ok {
+                if let Some(old) = &current {
+                    if !self.delete_mirror(&k.0, old) {
+                        continue;
+                    }
+                    self.api_mirrors.remove(&mk);
+                }
+                let want = mirror::mirror_pod(&static_pod, &self.cfg.node_name, &node_uid);
+                match self
+                    .client
+                    .create::<_, Pod>(&client::path::<Pod>(Some(&k.0), None), &want)
+                {
+                    Ok(p) => {
+                        self.api_mirrors.insert(mk, p);
+                    }
+                    // Already there: the watch will tell us about it.
+                    Err(e) if e.code() == Some(409) => {}
+                    Err(e) => {
+                        self.api_failed(&format!("creating mirror pod {}/{mirror_name}", k.0), &e);
+                        continue;
+                    }
+                }
+            }
+            let rec = self.mirrors.entry(k).or_insert_with(|| MirrorRec {
+                hash: hash.clone(),
+                mirror_name: mirror_name.clone(),
+                static_pod: static_pod.clone(),
+                posted: None,
+            });
+            if rec.hash != hash {
+                rec.hash = hash;
+                rec.static_pod = static_pod;
+                rec.posted = None;
+            }
+            self.status_due = true;
+        }
+    }
+
+    fn post_mirror_statuses(&mut self, addrs: &NodeAddrs) {
+        let keys: Vec<(String, String)> = self.mirrors.keys().cloned().collect();
+        for k in keys {
+            if !self.api_ok() {
+                return;
+            }
+            let Some(m) = self.mirrors.get(&k) else {
+                continue;
+            };
+            let Some(api) = self
+                .api_mirrors
+                .get(&(k.0.clone(), m.mirror_name.clone()))
+                .cloned()
+            else {
+                continue;
+            };
+            let units = observe::pod_units(&m.static_pod);
+            let Ok(props) = self.units.props(&units) else {
+                continue;
+            };
+            let obs = observe::observe(&m.static_pod, &props);
+            let prev = m.posted.clone().or(api.status.clone());
+            let st = podstatus::build(&api, &obs, addrs, prev.as_ref(), now());
+            if m.posted.as_ref() == Some(&st) {
+                continue;
+            }
+            let path = format!(
+                "{}/status",
+                client::path::<Pod>(Some(&k.0), api.metadata.name.as_deref())
+            );
+            match self
+                .client
+                .merge_patch::<Pod>(&path, &serde_json::json!({ "status": st }))
+            {
+                Ok(_) => {
+                    if let Some(m) = self.mirrors.get_mut(&k) {
+                        m.posted = Some(st);
+                    }
+                }
+                Err(e) if e.is_not_found() => {
+                    self.api_mirrors
+                        .remove(&(k.0.clone(), api.metadata.name.clone().unwrap_or_default()));
+                    self.last_mirror_scan = None;
+                }
+                Err(e) => self.api_failed("posting mirror pod status", &e),
+            }
+        }
+    }
+}
+
+/// Starts the node loop, the pod watcher and the unit watcher, and runs the worker on this thread
+/// until `shared.stop` is set.
+pub fn run(
+    client: Client,
+    cfg: AgentConfig,
+    units: Arc<dyn Units>,
+    shared: Arc<Shared>,
+) -> std::io::Result<()> {
+    let mut worker = Worker::new(client.clone(), cfg.clone(), shared.clone(), units.clone())?;
+    let (tx, rx) = mpsc::channel();
+    let mut threads = Vec::new();
+    {
+        let (c, cfg, s) = (client.clone(), cfg.clone(), shared.clone());
+        threads.push(std::thread::spawn(move || node_loop(c, cfg, s)));
+    }
+    {
+        let (c, cfg, s, tx) = (client.clone(), cfg.clone(), shared.clone(), tx.clone());
+        threads.push(std::thread::spawn(move || watch_loop(c, cfg, s, tx)));
+    }
+    {
+        let (u, s) = (units.clone(), shared.clone());
+        threads.push(std::thread::spawn(move || unit_watch_loop(u, s, tx)));
+    }
+    worker.run(rx);
+    shared.stop.store(true, Ordering::SeqCst);
+    // The loops see the flag within a wait period; a watch blocked on a quiet stream ends with the
+    // process (or the connection), so nobody waits for it.
+    drop(threads);
+    Ok(())
+}

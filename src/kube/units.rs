@@ -1,0 +1,170 @@
+//! The node agent's view of systemd: reload, read unit properties, stop, and wait for changes.
+//!
+//! A trait, so the agent's loops are tested against the API server double without a systemd, and
+//! so the D-Bus client (signals instead of waiting) can replace the `systemctl` implementation
+//! without touching the loops.
+
+use super::observe::{self, UnitProps};
+use std::collections::HashMap;
+use std::process::Command;
+use std::time::Duration;
+
+pub trait Units: Send + Sync {
+    /// `daemon-reload`, then have new pods started (the generator has just rendered them).
+    fn reload(&self) -> Result<(), String>;
+    /// Properties of the named units (unknown units may be missing or reported inactive).
+    fn props(&self, units: &[String]) -> Result<HashMap<String, UnitProps>, String>;
+    /// Stops the units (`kill`: SIGKILL them now, the grace period is over).
+    fn stop(&self, units: &[String], kill: bool) -> Result<(), String>;
+    /// Blocks until systemd reports a unit change or `timeout` passes; true when something changed.
+    fn wait_change(&self, timeout: Duration) -> bool;
+}
+
+/// `systemctl` as the edge: works on any systemd, no bus library. Its `wait_change` cannot see
+/// signals and simply waits, so status follows within one wait period.
+pub struct Systemctl {
+    pub period: Duration,
+}
+
+fn run(args: &[&str]) -> Result<String, String> {
+    let out = Command::new("systemctl")
+        .args(args)
+        .output()
+        .map_err(|e| format!("systemctl: {e}"))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(format!(
+            "systemctl {}: {}",
+            args.first().copied().unwrap_or(""),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+impl Units for Systemctl {
+    fn reload(&self) -> Result<(), String> {
+        run(&["daemon-reload"])?;
+        // Starting the target starts pods that are new; running ones are left alone.
+        run(&["start", "--no-block", "podunit.target"]).map(|_| ())
+    }
+
+    fn props(&self, units: &[String]) -> Result<HashMap<String, UnitProps>, String> {
+        let mut args = vec!["show", "--timestamp=unix", "-p", observe::SHOW_PROPERTIES];
+        args.extend(units.iter().map(String::as_str));
+        run(&args).map(|t| observe::parse_show(&t))
+    }
+
+    fn stop(&self, units: &[String], kill: bool) -> Result<(), String> {
+        let mut args: Vec<&str> = if kill {
+            vec!["kill", "--signal=SIGKILL"]
+        } else {
+            vec!["stop", "--no-block"]
+        };
+        args.extend(units.iter().map(String::as_str));
+        run(&args).map(|_| ())
+    }
+
+    fn wait_change(&self, timeout: Duration) -> bool {
+        std::thread::sleep(timeout.min(self.period));
+        true
+    }
+}
+
+/// The D-Bus edge: systemd's own signals wake the status loop (no polling), properties come from
+/// the unit objects. `daemon-reload` is all a reload needs here: podunit-sync's reconcile loop
+/// starts and stops pods when systemd reports the reload.
+pub struct Dbus {
+    client: crate::systemd::Client,
+    changes: std::sync::Mutex<std::sync::mpsc::Receiver<()>>,
+}
+
+impl Dbus {
+    /// Connects twice to the system manager: one connection for calls, one for the signal stream.
+    pub fn connect() -> Result<Dbus, String> {
+        let client = crate::systemd::Client::system().map_err(|e| e.to_string())?;
+        let events = crate::systemd::Client::system()
+            .and_then(|c| c.events(true))
+            .map_err(|e| e.to_string())?;
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for ev in events.flatten() {
+                let ours = match &ev {
+                    crate::systemd::Event::UnitChanged { unit } => unit.starts_with("podunit-"),
+                    crate::systemd::Event::Reloading(false) => true,
+                    crate::systemd::Event::JobRemoved { unit, .. } => unit.starts_with("podunit-"),
+                    _ => false,
+                };
+                if ours && tx.send(()).is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(Dbus {
+            client,
+            changes: std::sync::Mutex::new(rx),
+        })
+    }
+}
+
+/// The unit properties status needs, from the D-Bus client's state.
+pub fn props_from_state(u: &crate::unitstate::UnitState) -> UnitProps {
+    use crate::unitstate::ExitKind;
+    UnitProps {
+        load_state: u.load_state.clone(),
+        active_state: u.active_state.clone(),
+        sub_state: u.sub_state.clone(),
+        result: u.result.clone(),
+        n_restarts: u.n_restarts,
+        exec_main_code: match u.exec_main_code {
+            ExitKind::None => 0,
+            ExitKind::Exited => 1,
+            ExitKind::Killed => 2,
+            ExitKind::Dumped => 3,
+        },
+        exec_main_status: u.exec_main_status,
+        exec_main_start_us: u.exec_main_start_us,
+        exec_main_exit_us: u.exec_main_exit_us,
+        active_enter_us: u.active_enter_us,
+        main_pid: u.main_pid,
+    }
+}
+
+impl Units for Dbus {
+    fn reload(&self) -> Result<(), String> {
+        self.client.reload().map_err(|e| e.to_string())
+    }
+
+    fn props(&self, units: &[String]) -> Result<HashMap<String, UnitProps>, String> {
+        let mut out = HashMap::new();
+        for u in units {
+            let st = self.client.unit_state(u).map_err(|e| e.to_string())?;
+            out.insert(u.clone(), props_from_state(&st));
+        }
+        Ok(out)
+    }
+
+    fn stop(&self, units: &[String], kill: bool) -> Result<(), String> {
+        if kill {
+            // The D-Bus client has no KillUnit; systemctl does the same call.
+            let mut args = vec!["kill", "--signal=SIGKILL"];
+            args.extend(units.iter().map(String::as_str));
+            return run(&args).map(|_| ());
+        }
+        for u in units {
+            self.client.stop(u).map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
+    fn wait_change(&self, timeout: Duration) -> bool {
+        let rx = self.changes.lock().unwrap();
+        match rx.recv_timeout(timeout) {
+            Ok(()) => {
+                while rx.try_recv().is_ok() {}
+                true
+            }
+            Err(_) => false,
+        }
+    }
+}

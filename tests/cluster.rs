@@ -1,0 +1,594 @@
+//! Cluster mode against the test API server double (tests/fake-apiserver): podunit-sync's node
+//! agent with node credentials, over TLS, with systemd replaced by a small simulation of the units
+//! (what runs on real systemd is shown by the end-to-end tests).
+//!
+//! Each test waits for the state it expects with a deadline; none asserts on durations.
+
+use fake_apiserver::{Config as ServerConfig, FakeApiServer};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Event, Node, Pod};
+use podunit::config::ClusterTiming;
+use podunit::kube::agent::{self, AgentConfig, Shared};
+use podunit::kube::client::{self, Client, DeleteOptions};
+use podunit::kube::kubeconfig::{self, OwnerCheck};
+use podunit::kube::observe::UnitProps;
+use podunit::kube::units::Units;
+use podunit::paths::Paths;
+use podunit::policy::Policy;
+use serde_json::json;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const NODE: &str = "n1";
+
+// ---------------------------------------------------------------------------------------------
+// A simulated systemd: units come up when their pod's spool file appears at a reload.
+
+#[derive(Default)]
+struct FakeUnits {
+    spool: PathBuf,
+    state: Mutex<HashMap<String, UnitProps>>,
+    reloads: AtomicU64,
+    changed: AtomicBool,
+    /// pod unit -> uid of the pod its units belong to (a new pod of the same name starts afresh)
+    uids: Mutex<HashMap<String, String>>,
+}
+
+fn now_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as u64
+}
+
+fn running(start: u64) -> UnitProps {
+    UnitProps {
+        load_state: "loaded".into(),
+        active_state: "active".into(),
+        sub_state: "running".into(),
+        exec_main_start_us: start,
+        active_enter_us: start,
+        main_pid: 42,
+        ..Default::default()
+    }
+}
+
+impl FakeUnits {
+    fn new(spool: PathBuf) -> Arc<FakeUnits> {
+        Arc::new(FakeUnits {
+            spool,
+            ..Default::default()
+        })
+    }
+
+    /// Test hook: change a unit as systemd would, and signal it.
+    fn set(&self, unit: &str, f: impl FnOnce(&mut UnitProps)) {
+        let mut s = self.state.lock().unwrap();
+        f(s.entry(unit.to_string()).or_default());
+        self.changed.store(true, Ordering::SeqCst);
+    }
+
+    fn is_running(&self, unit: &str) -> bool {
+        self.state
+            .lock()
+            .unwrap()
+            .get(unit)
+            .is_some_and(|u| u.active_state == "active")
+    }
+
+    fn stop_prefix(&self, pod_unit: &str) {
+        let stem = pod_unit.trim_end_matches(".service");
+        let mut s = self.state.lock().unwrap();
+        for (name, u) in s.iter_mut() {
+            if (name == pod_unit || name.starts_with(&format!("{stem}_")))
+                && u.active_state == "active"
+            {
+                u.active_state = "inactive".into();
+                u.sub_state = "dead".into();
+                u.exec_main_code = 2;
+                u.exec_main_status = 15;
+                u.exec_main_exit_us = now_us();
+            }
+        }
+        self.changed.store(true, Ordering::SeqCst);
+    }
+}
+
+impl Units for FakeUnits {
+    fn reload(&self) -> Result<(), String> {
+        self.reloads.fetch_add(1, Ordering::SeqCst);
+        let mut s = self.state.lock().unwrap();
+        for e in std::fs::read_dir(&self.spool).map_err(|e| e.to_string())? {
+            let path = e.map_err(|e| e.to_string())?.path();
+            if path.file_name().unwrap().to_string_lossy().starts_with('.') {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).map_err(|e| e.to_string())?;
+            let docs: Vec<serde_json::Value> =
+                serde_saphyr::from_multiple(&text).map_err(|e| e.to_string())?;
+            let pod: Pod = serde_json::from_value(docs[0].clone()).map_err(|e| e.to_string())?;
+            let ns = pod.metadata.namespace.clone().unwrap();
+            let name = pod.metadata.name.clone().unwrap();
+            let start = now_us();
+            let pu = podunit::naming::pod_service(&ns, &name);
+            let uid = pod.metadata.uid.clone().unwrap_or_default();
+            let mut uids = self.uids.lock().unwrap();
+            if uids.get(&pu) != Some(&uid) {
+                let stem = pu.trim_end_matches(".service").to_string();
+                s.retain(|n, _| n != &pu && !n.starts_with(&format!("{stem}_")));
+                uids.insert(pu.clone(), uid);
+            }
+            drop(uids);
+            s.entry(pu).or_insert_with(|| UnitProps {
+                sub_state: "exited".into(),
+                ..running(start)
+            });
+            let spec = pod.spec.unwrap();
+            for c in spec.init_containers.iter().flatten() {
+                let u = podunit::naming::container_service(&ns, &name, &c.name);
+                s.entry(u).or_insert_with(|| UnitProps {
+                    sub_state: "exited".into(),
+                    exec_main_code: 1,
+                    exec_main_exit_us: start,
+                    ..running(start)
+                });
+            }
+            for c in &spec.containers {
+                let u = podunit::naming::container_service(&ns, &name, &c.name);
+                s.entry(u).or_insert_with(|| running(start));
+            }
+        }
+        self.changed.store(true, Ordering::SeqCst);
+        Ok(())
+    }
+
+    fn props(&self, units: &[String]) -> Result<HashMap<String, UnitProps>, String> {
+        let s = self.state.lock().unwrap();
+        Ok(units
+            .iter()
+            .filter_map(|u| s.get(u).map(|p| (u.clone(), p.clone())))
+            .collect())
+    }
+
+    fn stop(&self, units: &[String], _kill: bool) -> Result<(), String> {
+        for u in units {
+            self.stop_prefix(u);
+        }
+        Ok(())
+    }
+
+    fn wait_change(&self, timeout: Duration) -> bool {
+        std::thread::sleep(timeout.min(Duration::from_millis(50)));
+        self.changed.swap(false, Ordering::SeqCst)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Harness
+
+struct Env {
+    server: FakeApiServer,
+    admin: Client,
+    root: PathBuf,
+    units: Arc<FakeUnits>,
+    shared: Arc<Shared>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        self.server.stop();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("podunit-cluster-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn client_from(kubeconfig: &Path) -> Client {
+    let me = OwnerCheck {
+        uid: std::fs::metadata(kubeconfig)
+            .map(|m| std::os::unix::fs::MetadataExt::uid(&m))
+            .unwrap(),
+    };
+    Client::new(kubeconfig::load(kubeconfig, me).unwrap()).unwrap()
+}
+
+fn start(name: &str, policy: Policy, tweak: impl FnOnce(ServerConfig) -> ServerConfig) -> Env {
+    let root = scratch(name);
+    let server =
+        FakeApiServer::start(tweak(ServerConfig::new(root.join("api")).node(NODE))).unwrap();
+    let admin = client_from(&root.join("api/admin.kubeconfig"));
+    let node_client = client_from(&server.node_kubeconfig(NODE));
+    let paths = Paths::with_root(root.join("host"));
+    std::fs::create_dir_all(paths.spool()).unwrap();
+    let units = FakeUnits::new(paths.spool());
+    let cfg = AgentConfig {
+        node_name: NODE.into(),
+        timing: ClusterTiming {
+            lease_renew_seconds: 1,
+            node_status_report_seconds: 2,
+            reload_debounce_millis: 500,
+            max_backoff_seconds: 2,
+            ..ClusterTiming::default()
+        },
+        policy,
+        labels: Default::default(),
+        paths,
+        node_ip: Some("127.0.0.1".into()),
+        runtime_version: "systemd://test".into(),
+    };
+    let shared = Arc::new(Shared::default());
+    let (u, s) = (units.clone() as Arc<dyn Units>, shared.clone());
+    let thread = std::thread::spawn(move || {
+        agent::run(node_client, cfg, u, s).unwrap();
+    });
+    Env {
+        server,
+        admin,
+        root,
+        units,
+        shared,
+        thread: Some(thread),
+    }
+}
+
+fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let end = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < end, "gave up waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+impl Env {
+    fn spool_file(&self, name: &str) -> PathBuf {
+        self.root
+            .join(format!("host/var/lib/podunit/spool/default_{name}.yaml"))
+    }
+
+    fn create_pod(&self, name: &str, spec: serde_json::Value) -> Pod {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": spec});
+        self.admin
+            .create(&client::path::<Pod>(Some("default"), None), &pod)
+            .unwrap()
+    }
+
+    fn get_pod(&self, name: &str) -> Option<Pod> {
+        match self
+            .admin
+            .get::<Pod>(&client::path::<Pod>(Some("default"), Some(name)))
+        {
+            Ok(p) => Some(p),
+            Err(e) if e.is_not_found() => None,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    fn wait_phase(&self, name: &str, phase: &str) -> Pod {
+        wait_for(&format!("{name} in phase {phase}"), || {
+            self.get_pod(name)
+                .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some(phase))
+        })
+    }
+}
+
+fn simple(cmd: &str) -> serde_json::Value {
+    json!({"nodeName": NODE, "containers": [{"name": "app", "image": "host", "command": ["/bin/sh", "-c", cmd]}]})
+}
+
+fn app_unit(pod: &str) -> String {
+    podunit::naming::container_service("default", pod, "app")
+}
+
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn registers_the_node_and_renews_its_lease() {
+    let env = start("node", Policy::default(), |c| c);
+    let node: Node = wait_for("the Node", || {
+        env.admin
+            .get::<Node>(&client::path::<Node>(None, Some(NODE)))
+            .ok()
+    });
+    let labels = node.metadata.labels.clone().unwrap();
+    assert_eq!(labels["kubernetes.io/hostname"], NODE);
+    assert_eq!(labels["kubernetes.io/os"], "linux");
+    let st = node.status.unwrap();
+    assert!(st.node_info.unwrap().kubelet_version.contains("podunit"));
+    assert_eq!(st.capacity.as_ref().unwrap()["pods"].0, "110");
+    let ready = wait_for("Ready=True", || {
+        let n = env
+            .admin
+            .get::<Node>(&client::path::<Node>(None, Some(NODE)))
+            .ok()?;
+        n.status?
+            .conditions?
+            .into_iter()
+            .find(|c| c.type_ == "Ready" && c.status == "True")
+    });
+    assert_eq!(ready.reason.as_deref(), Some("KubeletReady"));
+    let lease_path = client::path::<Lease>(Some("kube-node-lease"), Some(NODE));
+    let first: Lease = wait_for("the Lease", || env.admin.get(&lease_path).ok());
+    let spec = first.spec.clone().unwrap();
+    assert_eq!(spec.holder_identity.as_deref(), Some(NODE));
+    assert_eq!(
+        first.metadata.owner_references.unwrap()[0].kind,
+        "Node",
+        "the Lease is owned by the Node"
+    );
+    let t0 = spec.renew_time.unwrap().0;
+    wait_for("a renewed Lease", || {
+        let l: Lease = env.admin.get(&lease_path).ok()?;
+        (l.spec?.renew_time?.0 > t0).then_some(())
+    });
+}
+
+#[test]
+fn pod_runs_and_status_follows_its_units() {
+    let env = start("pod", Policy::default(), |c| c);
+    let created = env.create_pod("web", simple("sleep 1000"));
+    let uid = created.metadata.uid.clone().unwrap();
+    let file = wait_for("the spool file", || {
+        env.spool_file("web")
+            .exists()
+            .then(|| env.spool_file("web"))
+    });
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(std::fs::metadata(&file).unwrap().mode() & 0o777, 0o600);
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(
+        text.contains("\"kube-root-ca.crt\""),
+        "the ConfigMap the pod uses is spooled"
+    );
+    // The admission plugin gave the pod a kube-api-access volume: its token was requested.
+    let token_dir = env.root.join(format!("host/run/podunit/pods/{uid}/tokens"));
+    let token = wait_for("the service account token", || {
+        std::fs::read_to_string(token_dir.join("token")).ok()
+    });
+    assert_eq!(token.split('.').count(), 3, "a JWT");
+    assert_eq!(
+        std::fs::metadata(token_dir.join("token")).unwrap().mode() & 0o777,
+        0o600
+    );
+
+    let pod = env.wait_phase("web", "Running");
+    let st = pod.status.unwrap();
+    assert_eq!(st.host_ip.as_deref(), Some("127.0.0.1"));
+    assert_eq!(st.pod_ip.as_deref(), Some("127.0.0.1"));
+    assert!(st.start_time.is_some());
+    let cs = &st.container_statuses.unwrap()[0];
+    assert!(cs.ready);
+    assert!(
+        cs.state
+            .as_ref()
+            .unwrap()
+            .running
+            .as_ref()
+            .unwrap()
+            .started_at
+            .is_some()
+    );
+    for c in [
+        "PodScheduled",
+        "PodReadyToStartContainers",
+        "Initialized",
+        "ContainersReady",
+        "Ready",
+    ] {
+        assert!(
+            st.conditions
+                .as_ref()
+                .unwrap()
+                .iter()
+                .any(|x| x.type_ == c && x.status == "True"),
+            "{c}"
+        );
+    }
+
+    // The container exits 3 and systemd restarts it twice: exit code and restarts are posted.
+    env.units.set(&app_unit("web"), |u| {
+        u.active_state = "activating".into();
+        u.sub_state = "auto-restart".into();
+        u.exec_main_code = 1;
+        u.exec_main_status = 3;
+        u.exec_main_exit_us = now_us();
+        u.n_restarts = 2;
+    });
+    let cs = wait_for("CrashLoopBackOff with exit code 3", || {
+        let p = env.get_pod("web")?;
+        let cs = p.status?.container_statuses?.into_iter().next()?;
+        (cs.state.as_ref()?.waiting.as_ref()?.reason.as_deref() == Some("CrashLoopBackOff"))
+            .then_some(cs)
+    });
+    assert_eq!(cs.restart_count, 2);
+    assert_eq!(
+        cs.last_state.unwrap().terminated.unwrap().exit_code,
+        3,
+        "the real exit code"
+    );
+}
+
+#[test]
+fn many_pods_at_once_are_few_reloads() {
+    let env = start("burst", Policy::default(), |c| c);
+    wait_for("the Node", || {
+        env.admin
+            .get::<Node>(&client::path::<Node>(None, Some(NODE)))
+            .ok()
+    });
+    let n = 30;
+    for i in 0..n {
+        env.create_pod(&format!("p{i}"), simple("sleep 1000"));
+    }
+    for i in 0..n {
+        env.wait_phase(&format!("p{i}"), "Running");
+    }
+    let reloads = env.units.reloads.load(Ordering::SeqCst);
+    assert!(
+        reloads < n / 3,
+        "{n} pods created together caused {reloads} reloads"
+    );
+}
+
+#[test]
+fn deletion_is_two_phase_with_a_uid_precondition() {
+    let env = start("delete", Policy::default(), |c| c);
+    let pod = env.create_pod("gone", simple("sleep 1000"));
+    env.wait_phase("gone", "Running");
+    assert!(env.units.is_running(&app_unit("gone")));
+    // kubectl delete: the API server only marks the pod.
+    env.admin
+        .delete(
+            &client::path::<Pod>(Some("default"), Some("gone")),
+            &DeleteOptions::default(),
+        )
+        .unwrap();
+    wait_for("the pod object to be removed", || {
+        env.get_pod("gone").is_none().then_some(())
+    });
+    assert!(
+        !env.units.is_running(&app_unit("gone")),
+        "units stopped first"
+    );
+    assert!(!env.spool_file("gone").exists(), "spool cleaned");
+    let uid = pod.metadata.uid.unwrap();
+    assert!(
+        !env.root
+            .join(format!("host/run/podunit/pods/{uid}"))
+            .exists(),
+        "runtime state cleaned"
+    );
+    // A new pod with the same name is a different pod: the old UID must not delete it.
+    let again = env.create_pod("gone", simple("sleep 1000"));
+    assert_ne!(again.metadata.uid.as_deref(), Some(uid.as_str()));
+    env.wait_phase("gone", "Running");
+}
+
+#[test]
+fn a_pod_the_policy_refuses_fails_with_an_event_and_never_runs() {
+    let env = start("policy", Policy::default(), |c| c);
+    env.create_pod(
+        "priv",
+        json!({"nodeName": NODE, "containers": [{"name": "app", "image": "host",
+            "command": ["/bin/true"], "securityContext": {"privileged": true}}]}),
+    );
+    let pod = env.wait_phase("priv", "Failed");
+    let st = pod.status.unwrap();
+    assert_eq!(st.reason.as_deref(), Some("PolicyViolation"));
+    assert!(st.message.unwrap().contains("policy.allowPrivileged"));
+    assert!(!env.spool_file("priv").exists());
+    assert!(!env.units.is_running(&app_unit("priv")));
+    let events: k8s_openapi::List<Event> = env
+        .admin
+        .get(&client::path::<Event>(Some("default"), None))
+        .unwrap();
+    assert!(
+        events
+            .items
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("PolicyViolation")
+                && e.involved_object.name.as_deref() == Some("priv")),
+        "an Event says why"
+    );
+}
+
+#[test]
+fn watch_resumes_and_relists_across_api_server_restarts() {
+    let mut env = start("restart", Policy::default(), |c| {
+        c.bookmark_interval(Duration::from_millis(200))
+    });
+    env.create_pod("a", simple("sleep 1000"));
+    env.wait_phase("a", "Running");
+
+    // Restart with history kept: the agent resumes from its resourceVersion.
+    env.server.stop();
+    env.server.restart().unwrap();
+    env.create_pod("b", simple("sleep 1000"));
+    env.wait_phase("b", "Running");
+
+    // Restart without history: the resume gets 410 Gone and the agent lists again.
+    env.server.stop();
+    env.server.compact();
+    env.server.restart().unwrap();
+    env.create_pod("c", simple("sleep 1000"));
+    env.wait_phase("c", "Running");
+
+    // API server down while a container exits: nothing is lost, the status catches up.
+    env.server.stop();
+    env.units.set(&app_unit("a"), |u| {
+        u.active_state = "failed".into();
+        u.sub_state = "failed".into();
+        u.exec_main_code = 1;
+        u.exec_main_status = 7;
+        u.exec_main_exit_us = now_us();
+    });
+    assert!(env.units.is_running(&app_unit("b")), "pods keep running");
+    env.server.restart().unwrap();
+    wait_for("the exit posted after the restart", || {
+        let p = env.get_pod("a")?;
+        let cs = p.status?.container_statuses?.into_iter().next()?;
+        (cs.state?.terminated?.exit_code == 7).then_some(())
+    });
+}
+
+#[test]
+fn static_pods_get_mirror_pods() {
+    let env = start("mirror", Policy::default(), |c| c);
+    let etc = env.root.join("host/etc/pods.d");
+    std::fs::create_dir_all(&etc).unwrap();
+    std::fs::write(
+        etc.join("local.yaml"),
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: local, namespace: default}\nspec:\n  containers: [{name: app, image: host, command: [/bin/sleep, '1000']}]\n",
+    )
+    .unwrap();
+    let m = wait_for("the mirror pod", || env.get_pod(&format!("local-{NODE}")));
+    let a = m.metadata.annotations.clone().unwrap();
+    assert_eq!(a["kubernetes.io/config.source"], "file");
+    assert_eq!(
+        a["kubernetes.io/config.mirror"],
+        a["kubernetes.io/config.hash"]
+    );
+    let o = &m.metadata.owner_references.unwrap()[0];
+    assert_eq!((o.kind.as_str(), o.name.as_str()), ("Node", NODE));
+    assert!(
+        !env.spool_file(&format!("local-{NODE}")).exists(),
+        "a mirror is never spooled"
+    );
+    // The static pod's units run: the mirror shows it.
+    env.units
+        .set(&podunit::naming::pod_service("default", "local"), |u| {
+            *u = UnitProps {
+                sub_state: "exited".into(),
+                ..running(now_us())
+            }
+        });
+    env.units.set(
+        &podunit::naming::container_service("default", "local", "app"),
+        |u| *u = running(now_us()),
+    );
+    env.wait_phase(&format!("local-{NODE}"), "Running");
+    // Removing the manifest removes the mirror.
+    std::fs::remove_file(etc.join("local.yaml")).unwrap();
+    wait_for("the mirror pod to go", || {
+        env.get_pod(&format!("local-{NODE}"))
+            .is_none()
+            .then_some(())
+    });
+}

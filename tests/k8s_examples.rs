@@ -1,0 +1,521 @@
+//! Every manifest of the Kubernetes documentation's Pod examples (`../shared/testdata/k8s-examples/
+//! pods/`, beside the repository) goes through `podunit check`, one file at a time, as a process.
+//! The table below says what podunit does with each file, and why; docs/k8s-examples.md shows the
+//! same table (this test keeps it in sync: `UPDATE_K8S_EXAMPLES=1` rewrites that section).
+//!
+//! Each file is checked twice:
+//! - on a fresh host: empty root, nothing in the local image store (what a user sees first);
+//! - with its images in the store (an empty root filesystem directory for every `image:` it names),
+//!   which gets past the image lookup and shows what the translation itself makes of the pod.
+//!
+//! "renders" means `podunit check` exits 0; then `podunit render --output-dir` writes the units and
+//! `systemd-analyze verify` accepts every one of them. "refused" lists the reasons: each error line
+//! `podunit check` prints must contain one of them, and each must appear.
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    Renders,
+    Refused(&'static [&'static str]),
+}
+use Verdict::{Refused, Renders};
+
+struct Case {
+    /// Path below the examples' pods/ directory.
+    file: &'static str,
+    fresh: Verdict,
+    with_images: Verdict,
+    /// Why, for a person: what podunit cannot do, or what is wrong with the manifest.
+    why: &'static str,
+}
+
+// Reasons, as substrings of what `podunit check` prints.
+const NO_IMAGE: &str = "is not in the local image store";
+const NO_COMMAND: &str = "podunit does not read an image's entrypoint";
+const UNKNOWN_FIELD: &str = "unknown field";
+const NO_PVC: &str = "persistentVolumeClaim volumes are not supported";
+const NO_IMAGE_VOLUME: &str = "image volumes are not supported";
+const NO_LOCALHOST_SECCOMP: &str = "\"Localhost\" profiles are not supported";
+const BAD_YAML: &str = "not valid YAML or JSON";
+const OTHER_KIND: &str = "is not supported here (only v1 Pod, ConfigMap and Secret)";
+
+const WHY_IMAGE: &str =
+    "the image is not in the local image store: podunit does not pull images yet";
+const WHY_IMAGE_COMMAND: &str = "the image is not in the local image store (podunit does not pull \
+    images yet) and no command is given (podunit does not read image entrypoints)";
+
+#[rustfmt::skip]
+const CASES: &[Case] = &[
+    Case { file: "assigning-pods-to-nodes-affinity.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
+    Case { file: "commands.yaml", fresh: Refused(&[NO_IMAGE]), with_images: Renders, why: WHY_IMAGE },
+    Case { file: "config/example-redis-config.yaml", fresh: Renders, with_images: Renders, why: "a ConfigMap only: nothing to run" },
+    Case { file: "config/redis-pod.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
+    Case { file: "emptydir-volume-mode.yaml", fresh: Refused(&[UNKNOWN_FIELD]), with_images: Refused(&[UNKNOWN_FIELD]), why: "`emptyDir.mode` is newer than the Kubernetes API podunit is built for (1.33): an unknown field is refused, not silently dropped" },
+    Case { file: "image-volumes-subpath.yaml", fresh: Refused(&[NO_IMAGE_VOLUME]), with_images: Refused(&[NO_IMAGE_VOLUME]), why: "`image` volumes need a container runtime's image store; podunit has no storage drivers" },
+    Case { file: "image-volumes.yaml", fresh: Refused(&[NO_IMAGE_VOLUME]), with_images: Refused(&[NO_IMAGE_VOLUME]), why: "`image` volumes need a container runtime's image store; podunit has no storage drivers" },
+    Case { file: "init-containers.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
+    Case { file: "inject/configmap-envFrom.yaml", fresh: Renders, with_images: Renders, why: "a ConfigMap only: nothing to run" },
+    Case { file: "inject/dapi-envars-container.yaml", fresh: Refused(&[NO_IMAGE]), with_images: Renders, why: WHY_IMAGE },
+    Case { file: "inject/dapi-envars-pod.yaml", fresh: Refused(&[NO_IMAGE]), with_images: Renders, why: WHY_IMAGE },
+    Case { file: "inject/dapi-volume-resources.yaml", fresh: Refused(&[NO_IMAGE]), with_images: Renders, why: WHY_IMAGE },
+    Case { file: "inject/dapi-volume.yaml", fresh: Refused(&[NO_IMAGE]), with_images: Renders, why: WHY_IMAGE },
+    Case { file: "inject/dependent-envars.yaml", fresh: Refused(&[NO_IMAGE]), with_images: Renders, why: WHY_IMAGE },
+    Case { file: "inject/envFrom.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
+    Case { file: "inject/envars-file-container.yaml", fresh: Refused(&[BAD_YAML]), with_images: Refused(&[BAD_YAML]), why: "not valid YAML 1.2: `\\'` is not an escape in a double-quoted scalar (the example also uses `fileKeyRef`, newer than the 1.33 API)" },
+    Case { file: "inject/envars.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
+    Case { file: "inject/pod-multiple-secret-env-variable.yaml", fresh: Refused(&[BAD_YAML]), with_images: Refused(&[BAD_YAML]), why: "not valid YAML: a tab indents line 15 (and `env` would be a duplicate key)" },
+    Case { file: "inject/pod-secret-envFrom.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
+    Case { file: "inject/pod-single-secret-env-variable.yaml", fresh: Refused(&["apiVersion and kind are required"]), with_images: Refused(&["apiVersion and kind are required"]), why: "the manifest has no `apiVersion`; the API server refuses it too" },
+    Case { file: "inject/secret-envars-pod.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
+    Case { file: "inject/secret-pod.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
+    Case { file: "inject/secret.yaml", fresh: Renders, with_images: Renders, why: "a Secret only: nothing to run" },
+    Case { file: "lifecycle-events.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
+    Case { file: "multi-container/adapter.yaml", fresh: Refused(&[NO_IMAGE]), with_images: Renders, why: WHY_IMAGE },
+    Case { file: "multi-container/ambassador.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
+    Case { file: "multi-container/localhost.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
+    Case { file: "multi-container/resources.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
+    Case { file: "multi-container/shared-volume.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
+    Case { file: "multi-container/startup-coordination.yaml", fresh: Refused(&[NO_IMAGE]), with_images: Renders, why: WHY_IMAGE },
+    Case { file: "pod-configmap-env-var-valueFrom.yaml", fresh: Refused(&[NO_IMAGE]), with_images: Renders, why: WHY_IMAGE },
+    Case { file: "pod-configmap-envFrom.yaml", fresh: Refused(&[NO_IMAGE]), with_images: Renders, why: WHY_IMAGE },
+    Case { file: "pod-configmap-volume-specific-key.yaml", fresh: Refused(&[NO_IMAGE]), with_images: Renders, why: WHY_IMAGE },
+    Case { file: "pod-configmap-volume.yaml", fresh: Refused(&[NO_IMAGE]), with_images: Renders, why: WHY_IMAGE },
+    Case { file: "pod-multiple-configmap-env-variable.yaml", fresh: Refused(&[NO_IMAGE]), with_images: Renders, why: WHY_IMAGE },
+    Case { file: "pod-nginx-preferred-affinity.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
+    Case { file: "pod-nginx-required-affinity.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
+    Case { file: "pod-nginx-specific-node.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
+    Case { file: "pod-nginx.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
+    Case { file: "pod-projected-svc-token.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
+    Case { file: "pod-rs.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
+    Case { file: "pod-single-configmap-env-variable.yaml", fresh: Refused(&[NO_IMAGE]), with_images: Renders, why: WHY_IMAGE },
+    Case { file: "pod-with-affinity-anti-affinity.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
+    Case { file: "pod-with-affinity-preferred-weight.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
+    Case { file: "pod-with-node-affinity-1.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
+    Case { file: "pod-with-node-affinity-2.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
+    Case { file: "pod-with-node-affinity.yaml", fresh: Refused(&["sequence, expected NodeSelector"]), with_images: Refused(&["sequence, expected NodeSelector"]), why: "invalid manifest: `requiredDuringSchedulingIgnoredDuringExecution` must be a NodeSelector, not a list; the API server refuses it too" },
+    Case { file: "pod-with-numeric-toleration.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
+    Case { file: "pod-with-pod-affinity.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
+    Case { file: "pod-with-scheduling-gates.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
+    Case { file: "pod-with-toleration.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
+    Case { file: "pod-without-scheduling-gates.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
+    Case { file: "private-reg-pod.yaml", fresh: Refused(&["\"<your-private-image>\" is not a valid image reference", NO_COMMAND]), with_images: Refused(&["\"<your-private-image>\" is not a valid image reference", NO_COMMAND]), why: "a placeholder image reference (`<your-private-image>`) and no command" },
+    Case { file: "probe/exec-liveness.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
+    Case { file: "probe/grpc-liveness.yaml", fresh: Refused(&[UNKNOWN_FIELD]), with_images: Refused(&[UNKNOWN_FIELD]), why: "typo in the example: the probe field is `grpc`, not `gRPC`" },
+    Case { file: "probe/http-liveness.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
+    Case { file: "probe/pod-with-http-healthcheck.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
+    Case { file: "probe/pod-with-tcp-socket-healthcheck.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
+    Case { file: "probe/tcp-liveness-readiness.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
+    Case { file: "qos/qos-pod-2.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
+    Case { file: "qos/qos-pod-3.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
+    Case { file: "qos/qos-pod-4.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
+    Case { file: "qos/qos-pod-5.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
+    Case { file: "qos/qos-pod.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
+    Case { file: "resource/cpu-request-limit-2.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
+    Case { file: "resource/cpu-request-limit.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
+    Case { file: "resource/extended-resource-pod-2.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
+    Case { file: "resource/extended-resource-pod.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
+    Case { file: "resource/memory-request-limit-2.yaml", fresh: Refused(&[NO_IMAGE]), with_images: Renders, why: WHY_IMAGE },
+    Case { file: "resource/memory-request-limit-3.yaml", fresh: Refused(&[NO_IMAGE]), with_images: Renders, why: WHY_IMAGE },
+    Case { file: "resource/memory-request-limit.yaml", fresh: Refused(&[NO_IMAGE]), with_images: Renders, why: WHY_IMAGE },
+    Case { file: "resource/pod-level-cpu-request-limit.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
+    Case { file: "resource/pod-level-memory-request-limit.yaml", fresh: Refused(&[NO_IMAGE]), with_images: Renders, why: WHY_IMAGE },
+    Case { file: "resource/pod-level-pid-limit.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
+    Case { file: "resource/pod-level-resize.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
+    Case { file: "resource/pod-level-resource-managers-container-scope-mixed.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
+    Case { file: "resource/pod-level-resource-managers-empty-shared-pool.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
+    Case { file: "resource/pod-level-resource-managers-pod-scope-mixed.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
+    Case { file: "resource/pod-level-resources.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
+    Case { file: "resource/pod-resize.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
+    Case { file: "restart-policy/restart-all-containers.yaml", fresh: Refused(&[UNKNOWN_FIELD]), with_images: Refused(&[UNKNOWN_FIELD]), why: "`restartPolicyRules` is newer than the Kubernetes API podunit is built for (1.33)" },
+    Case { file: "security/apparmor/default-pod.yaml", fresh: Refused(&[NO_IMAGE]), with_images: Renders, why: "the image is not in the local image store (podunit does not pull images yet); with it, the pod renders but `appArmorProfile` is dropped without a warning" },
+    Case { file: "security/apparmor/hello-apparmor.yaml", fresh: Refused(&[NO_IMAGE]), with_images: Renders, why: "the image is not in the local image store (podunit does not pull images yet); with it, the pod renders but `appArmorProfile` is dropped without a warning" },
+    Case { file: "security/hello-apparmor-2.yaml", fresh: Refused(&[NO_IMAGE]), with_images: Renders, why: "the image is not in the local image store (podunit does not pull images yet); with it, the pod renders but `appArmorProfile` is dropped without a warning" },
+    Case { file: "security/hello-apparmor.yaml", fresh: Refused(&[NO_IMAGE]), with_images: Renders, why: "the image is not in the local image store (podunit does not pull images yet); with it, the pod renders but `appArmorProfile` is dropped without a warning" },
+    Case { file: "security/seccomp/alpha/audit-pod.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
+    Case { file: "security/seccomp/alpha/default-pod.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
+    Case { file: "security/seccomp/alpha/fine-pod.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
+    Case { file: "security/seccomp/alpha/violation-pod.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
+    Case { file: "security/seccomp/fields.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND, NO_LOCALHOST_SECCOMP]), with_images: Refused(&[NO_COMMAND, NO_LOCALHOST_SECCOMP]), why: "the image is not in the local image store, no command is given, and a `Localhost` seccomp profile is asked for: podunit only knows RuntimeDefault and Unconfined" },
+    Case { file: "security/seccomp/ga/audit-pod.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND, NO_LOCALHOST_SECCOMP]), with_images: Refused(&[NO_COMMAND, NO_LOCALHOST_SECCOMP]), why: "the image is not in the local image store, no command is given, and a `Localhost` seccomp profile is asked for: podunit only knows RuntimeDefault and Unconfined" },
+    Case { file: "security/seccomp/ga/default-pod.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
+    Case { file: "security/seccomp/ga/fine-pod.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND, NO_LOCALHOST_SECCOMP]), with_images: Refused(&[NO_COMMAND, NO_LOCALHOST_SECCOMP]), why: "the image is not in the local image store, no command is given, and a `Localhost` seccomp profile is asked for: podunit only knows RuntimeDefault and Unconfined" },
+    Case { file: "security/seccomp/ga/violation-pod.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND, NO_LOCALHOST_SECCOMP]), with_images: Refused(&[NO_COMMAND, NO_LOCALHOST_SECCOMP]), why: "the image is not in the local image store, no command is given, and a `Localhost` seccomp profile is asked for: podunit only knows RuntimeDefault and Unconfined" },
+    Case { file: "security/seccomp/kind.yaml", fresh: Refused(&[OTHER_KIND]), with_images: Refused(&[OTHER_KIND]), why: "a kind cluster configuration, not a Pod" },
+    Case { file: "security/security-context-2.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
+    Case { file: "security/security-context-3.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
+    Case { file: "security/security-context-4.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
+    Case { file: "security/security-context-5.yaml", fresh: Refused(&[NO_IMAGE]), with_images: Renders, why: WHY_IMAGE },
+    Case { file: "security/security-context-6.yaml", fresh: Refused(&[NO_IMAGE]), with_images: Renders, why: "the image is not in the local image store (podunit does not pull images yet); with it, the pod renders but `supplementalGroupsPolicy` is dropped without a warning" },
+    Case { file: "security/security-context-7.yaml", fresh: Refused(&[UNKNOWN_FIELD]), with_images: Refused(&[UNKNOWN_FIELD]), why: "`securityContext.cgroupOptions` is not in the Kubernetes API podunit is built for (1.33)" },
+    Case { file: "security/security-context.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
+    Case { file: "share-process-namespace.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
+    Case { file: "simple-pod.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
+    Case { file: "storage/expandable-pvc-pod.yaml", fresh: Refused(&[NO_PVC]), with_images: Refused(&[NO_PVC]), why: "persistentVolumeClaim volumes need storage drivers, which podunit does not have" },
+    Case { file: "storage/expandable-pvc.yaml", fresh: Refused(&[OTHER_KIND]), with_images: Refused(&[OTHER_KIND]), why: "a PersistentVolumeClaim, not a Pod" },
+    Case { file: "storage/projected-clustertrustbundle.yaml", fresh: Refused(&["no volume named \"token-vol\" in spec.volumes"]), with_images: Refused(&["no volume named \"token-vol\" in spec.volumes"]), why: "invalid manifest: the mount names volume `token-vol`, the pod defines `root-certificates-vol`" },
+    Case { file: "storage/projected-podcertificate.yaml", fresh: Refused(&[UNKNOWN_FIELD]), with_images: Refused(&[UNKNOWN_FIELD]), why: "`podCertificate` projections are newer than the Kubernetes API podunit is built for (1.33)" },
+    Case { file: "storage/projected-secret-downwardapi-configmap.yaml", fresh: Refused(&[NO_IMAGE]), with_images: Renders, why: WHY_IMAGE },
+    Case { file: "storage/projected-secrets-nondefault-permission-mode.yaml", fresh: Refused(&[NO_IMAGE]), with_images: Renders, why: WHY_IMAGE },
+    Case { file: "storage/projected-service-account-token.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
+    Case { file: "storage/projected.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
+    Case { file: "storage/pv-claim.yaml", fresh: Refused(&[OTHER_KIND]), with_images: Refused(&[OTHER_KIND]), why: "a PersistentVolumeClaim, not a Pod" },
+    Case { file: "storage/pv-duplicate.yaml", fresh: Refused(&[NO_PVC]), with_images: Refused(&[NO_PVC]), why: "persistentVolumeClaim volumes need storage drivers, which podunit does not have" },
+    Case { file: "storage/pv-pod-backup.yaml", fresh: Refused(&[NO_PVC]), with_images: Refused(&[NO_PVC]), why: "persistentVolumeClaim volumes need storage drivers, which podunit does not have" },
+    Case { file: "storage/pv-pod.yaml", fresh: Refused(&[NO_PVC]), with_images: Refused(&[NO_PVC]), why: "persistentVolumeClaim volumes need storage drivers, which podunit does not have" },
+    Case { file: "storage/pv-volume.yaml", fresh: Refused(&[OTHER_KIND]), with_images: Refused(&[OTHER_KIND]), why: "a PersistentVolume, not a Pod" },
+    Case { file: "storage/redis.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
+    Case { file: "topology-spread-constraints/one-constraint-with-nodeaffinity.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
+    Case { file: "topology-spread-constraints/one-constraint.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
+    Case { file: "topology-spread-constraints/two-constraints.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
+    Case { file: "two-container-pod.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
+    Case { file: "user-namespaces-stateless.yaml", fresh: Refused(&[NO_IMAGE]), with_images: Renders, why: "the image is not in the local image store (podunit does not pull images yet); with it, the pod renders but `hostUsers: false` (a user namespace) is dropped without a warning" },
+];
+
+fn examples_dir() -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/testdata/k8s-examples/pods");
+    assert!(
+        dir.is_dir(),
+        "{} is missing: this test needs the shared test data checked out beside the repository \
+         (shared/testdata/k8s-examples/pods next to the podunit directory)",
+        dir.display()
+    );
+    // Canonical: podunit names the file in SourcePath=, which must be a normalized absolute path.
+    dir.canonicalize().unwrap()
+}
+
+/// Every file below `dir`, as paths relative to it, sorted.
+fn list_files(dir: &Path) -> Vec<String> {
+    fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                walk(root, &p, out);
+            } else {
+                out.push(p.strip_prefix(root).unwrap().to_string_lossy().into_owned());
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(dir, dir, &mut out);
+    out.sort();
+    out
+}
+
+fn tempdir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!(
+        "podunit-k8s-examples-{}-{}",
+        std::process::id(),
+        name.replace('/', "_")
+    ));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// The image references of every container of every pod in the file.
+fn image_refs(file: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(file).unwrap();
+    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&text).unwrap_or_default();
+    let mut refs = Vec::new();
+    for doc in &docs {
+        for list in ["containers", "initContainers", "ephemeralContainers"] {
+            if let Some(cs) = doc["spec"][list].as_array() {
+                refs.extend(
+                    cs.iter()
+                        .filter_map(|c| c["image"].as_str())
+                        .map(str::to_string),
+                );
+            }
+        }
+    }
+    refs
+}
+
+/// A root whose local image store holds an (empty) root filesystem for each reference.
+fn root_with_images(root: &Path, refs: &[String]) {
+    for r in refs {
+        if let Some(dir) = podunit::translate::image::store_path(r) {
+            std::fs::create_dir_all(root.join(dir.trim_start_matches('/')).join("rootfs")).unwrap();
+        }
+    }
+}
+
+struct Outcome {
+    verdict: Verdict,
+    /// The error lines `podunit check` printed.
+    errors: Vec<String>,
+}
+
+/// Runs `podunit check FILE` under `root` and turns what it printed into a verdict, checked against
+/// the expected one (the reasons of a refusal are matched, not copied).
+fn check(file: &Path, root: &Path, expected: Verdict) -> Result<Outcome, String> {
+    let o = Command::new(env!("CARGO_BIN_EXE_podunit"))
+        .arg("check")
+        .arg(file)
+        .env("PODUNIT_ROOT", root)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    if stderr.contains("panicked") || o.status.code().is_none() {
+        return Err(format!("podunit check crashed: {}\n{stderr}", o.status));
+    }
+    let errors: Vec<String> = stdout
+        .lines()
+        .filter(|l| !l.contains(": warning: "))
+        .map(str::to_string)
+        .collect();
+    match (o.status.code(), errors.is_empty()) {
+        (Some(0), true) => Ok(Outcome {
+            verdict: Renders,
+            errors,
+        }),
+        (Some(1), false) => {
+            let verdict = match expected {
+                Refused(reasons) => {
+                    let unmatched: Vec<&String> = errors
+                        .iter()
+                        .filter(|e| !reasons.iter().any(|r| e.contains(r)))
+                        .collect();
+                    let unseen: Vec<&&str> = reasons
+                        .iter()
+                        .filter(|r| !errors.iter().any(|e| e.contains(*r)))
+                        .collect();
+                    if unmatched.is_empty() && unseen.is_empty() {
+                        expected
+                    } else {
+                        // Not the expected refusal; the caller reports the lines.
+                        Refused(&[])
+                    }
+                }
+                Renders => Refused(&[]),
+            };
+            Ok(Outcome { verdict, errors })
+        }
+        (code, _) => Err(format!(
+            "podunit check exited {code:?} with {} error line(s):\n{stdout}{stderr}",
+            errors.len()
+        )),
+    }
+}
+
+/// `podunit render FILE --output-dir D` under `root`, then `systemd-analyze verify` over the units,
+/// in a root holding systemd's own units and stand-ins for the programs the units run (as the
+/// golden tests do it). Returns how many units were verified.
+fn render_and_verify(file: &Path, root: &Path, scratch: &Path) -> Result<usize, String> {
+    let out = scratch.join("out");
+    let o = Command::new(env!("CARGO_BIN_EXE_podunit"))
+        .arg("render")
+        .arg(file)
+        .arg("--output-dir")
+        .arg(&out)
+        .env("PODUNIT_ROOT", root)
+        .output()
+        .unwrap();
+    if !o.status.success() {
+        return Err(format!(
+            "podunit render failed ({}):\n{}",
+            o.status,
+            String::from_utf8_lossy(&o.stderr)
+        ));
+    }
+    let units: Vec<String> = match std::fs::read_dir(&out) {
+        Ok(rd) => rd
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".service") || n.ends_with(".slice"))
+            .collect(),
+        Err(_) => Vec::new(),
+    };
+    if units.is_empty() {
+        return Ok(0);
+    }
+    let system_units = Path::new("/usr/lib/systemd/system");
+    assert!(
+        system_units.join("sysinit.target").exists(),
+        "systemd is not installed: apt-get install systemd"
+    );
+    let vroot = scratch.join("verify");
+    copy_tree(root, &vroot);
+    copy_tree(system_units, &vroot.join("usr/lib/systemd/system"));
+    copy_tree(&out, &vroot.join("etc/systemd/system"));
+    std::fs::write(
+        vroot.join("etc/systemd/system/podunit.target"),
+        "[Unit]\nDescription=Pods\n",
+    )
+    .unwrap();
+    for u in &units {
+        let text = std::fs::read_to_string(out.join(u)).unwrap();
+        for line in text.lines().filter(|l| l.starts_with("Exec")) {
+            let exe = line.split('"').nth(1).unwrap_or_default();
+            // A bare name (`sh`) is looked up in systemd's search path; `verify` looks on the
+            // host even when the unit has RootDirectory=, so the stand-in goes there.
+            let exe = if exe.is_empty() || exe.starts_with('/') {
+                exe.to_string()
+            } else {
+                format!("/usr/bin/{exe}")
+            };
+            if exe.starts_with('/') {
+                let p = vroot.join(exe.trim_start_matches('/'));
+                std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+                std::fs::write(&p, "#!/bin/sh\n").unwrap();
+                std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+            }
+        }
+    }
+    let o = Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(format!("--root={}", vroot.display()))
+        .arg("--man=no")
+        .args(&units)
+        .current_dir(vroot.join("etc/systemd/system"))
+        .output()
+        .expect("systemd-analyze");
+    let err = String::from_utf8_lossy(&o.stderr);
+    if !o.status.success() || !err.trim().is_empty() {
+        return Err(format!("systemd-analyze verify:\n{err}"));
+    }
+    Ok(units.len())
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let dst = to.join(e.file_name());
+        let ft = e.file_type().unwrap();
+        if ft.is_symlink() {
+            let _ = std::fs::remove_file(&dst);
+            std::os::unix::fs::symlink(std::fs::read_link(e.path()).unwrap(), dst).unwrap();
+        } else if ft.is_dir() {
+            copy_tree(&e.path(), &dst);
+        } else {
+            std::fs::copy(e.path(), dst).unwrap();
+        }
+    }
+}
+
+/// Runs one file in one setting; a mismatch or failure is described in the returned string.
+fn run_one(file: &Path, name: &str, setting: &str, expected: Verdict) -> (Option<String>, usize) {
+    let scratch = tempdir(&format!("{name}-{setting}"));
+    let root = scratch.join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    if setting == "with-images" {
+        root_with_images(&root, &image_refs(file));
+    }
+    let result = match check(file, &root, expected) {
+        Err(e) => Some(format!("{name} ({setting}): {e}")),
+        Ok(out) if out.verdict != expected => Some(format!(
+            "{name} ({setting}): expected {expected:?}, podunit check printed:\n  {}",
+            if out.errors.is_empty() {
+                "(no error: renders)".to_string()
+            } else {
+                out.errors.join("\n  ")
+            }
+        )),
+        Ok(_) if expected == Renders => match render_and_verify(file, &root, &scratch) {
+            Ok(n) => {
+                let _ = std::fs::remove_dir_all(&scratch);
+                return (None, n);
+            }
+            Err(e) => Some(format!("{name} ({setting}): {e}")),
+        },
+        Ok(_) => None,
+    };
+    let _ = std::fs::remove_dir_all(&scratch);
+    (result, 0)
+}
+
+#[test]
+fn every_k8s_example_has_its_documented_verdict() {
+    let dir = examples_dir();
+    let files = list_files(&dir);
+    let table: BTreeMap<&str, &Case> = CASES.iter().map(|c| (c.file, c)).collect();
+    assert_eq!(table.len(), CASES.len(), "a file is listed twice in CASES");
+    let mut failures = Vec::new();
+    for f in &files {
+        if !table.contains_key(f.as_str()) {
+            failures.push(format!(
+                "{f}: new file, not in the table: add a row to CASES"
+            ));
+        }
+    }
+    for name in table.keys() {
+        if !files.iter().any(|f| f == name) {
+            failures.push(format!(
+                "{name}: in the table but no longer in {}",
+                dir.display()
+            ));
+        }
+    }
+    let mut verified = 0;
+    for case in CASES.iter().filter(|c| files.iter().any(|f| f == c.file)) {
+        let file = dir.join(case.file);
+        for (setting, expected) in [("fresh", case.fresh), ("with-images", case.with_images)] {
+            let (failure, n) = run_one(&file, case.file, setting, expected);
+            failures.extend(failure);
+            verified += n;
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} mismatch(es) with the table:\n\n{}",
+        failures.len(),
+        failures.join("\n\n")
+    );
+    assert!(verified > 0, "no unit was verified");
+}
+
+/// The table as docs/k8s-examples.md shows it.
+fn markdown_table() -> String {
+    let show = |v: Verdict| match v {
+        Renders => "renders".to_string(),
+        Refused(rs) => format!(
+            "refused: {}",
+            rs.iter()
+                .map(|r| format!("`{}`", r.replace('|', "\\|")))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
+    let mut s =
+        String::from("| file | fresh host | images in the store | why |\n|---|---|---|---|\n");
+    for c in CASES {
+        s.push_str(&format!(
+            "| {} | {} | {} | {} |\n",
+            c.file,
+            show(c.fresh),
+            show(c.with_images),
+            c.why.split_whitespace().collect::<Vec<_>>().join(" ")
+        ));
+    }
+    s
+}
+
+const DOC: &str = "docs/k8s-examples.md";
+const BEGIN: &str =
+    "<!-- table: generated by tests/k8s_examples.rs, UPDATE_K8S_EXAMPLES=1 rewrites it -->\n";
+const END: &str = "<!-- end of table -->\n";
+
+#[test]
+fn docs_show_the_table() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(DOC);
+    let text = std::fs::read_to_string(&path).unwrap_or_default();
+    let want = format!("{BEGIN}{}{END}", markdown_table());
+    let (Some(b), Some(e)) = (text.find(BEGIN), text.find(END)) else {
+        panic!("{DOC} has no generated table (markers {BEGIN:?} ... {END:?})");
+    };
+    let current = &text[b..e + END.len()];
+    if current == want {
+        return;
+    }
+    if std::env::var_os("UPDATE_K8S_EXAMPLES").is_some() {
+        let new = format!("{}{want}{}", &text[..b], &text[e + END.len()..]);
+        std::fs::write(&path, new).unwrap();
+        return;
+    }
+    panic!("{DOC}: the table differs from tests/k8s_examples.rs; run with UPDATE_K8S_EXAMPLES=1");
+}
