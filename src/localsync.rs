@@ -110,6 +110,11 @@ pub struct Syncer {
     pending_stops: HashSet<String>,
     /// (deadline, unit, stop job): SIGKILL the unit if its stop job is still running then.
     kill_at: Vec<(Instant, String, String)>,
+    /// Removed pods whose directories go once no stop job is left.
+    pending_cleanups: Vec<(crate::generated::PodKey, String)>,
+    /// Slices of removed pods: stopped last, after their pods' cleanup has been queued, so a
+    /// removed pod's units are all gone only once its files are.
+    pending_slices: Vec<String>,
 }
 
 impl Syncer {
@@ -120,6 +125,8 @@ impl Syncer {
             boot_id: boot_id(),
             pending_stops: HashSet::new(),
             kill_at: Vec::new(),
+            pending_cleanups: Vec::new(),
+            pending_slices: Vec::new(),
         }
     }
 
@@ -166,6 +173,10 @@ impl Syncer {
                     log(&format!("restarting pod {pod}: its units changed ({unit})"));
                     self.client.restart(unit).map(|_| sum.restarted += 1)
                 }
+                Action::Stop { unit, .. } if unit.ends_with(".slice") => {
+                    self.pending_slices.push(unit.clone());
+                    Ok(())
+                }
                 Action::Stop { unit, grace } => {
                     log(&format!("stopping {unit}: its pod is gone"));
                     self.client.stop(unit).map(|job| {
@@ -182,6 +193,10 @@ impl Syncer {
                     log(&format!("resetting failed {unit}: its pod is gone"));
                     self.client.reset_failed(unit).map(|_| sum.reset += 1)
                 }
+                Action::Cleanup { pod, uid } => {
+                    self.pending_cleanups.push((pod.clone(), uid.clone()));
+                    Ok(())
+                }
             };
             if let Err(e) = result {
                 sum.failed += 1;
@@ -196,7 +211,58 @@ impl Syncer {
             }
         }
         statefile::save(&self.opts.state_file, &next)?;
+        if self.pending_stops.is_empty() {
+            self.after_stops();
+        }
         Ok(sum)
+    }
+
+    /// Every stop job has ended: clean up the removed pods, then stop their slices.
+    fn after_stops(&mut self) {
+        self.cleanup_removed();
+        for unit in std::mem::take(&mut self.pending_slices) {
+            log(&format!("stopping {unit}: its pod is gone"));
+            match self.client.stop(&unit) {
+                Ok(job) => {
+                    self.pending_stops.insert(job.as_str().to_string());
+                }
+                Err(e) => log(&format!("{e}")),
+            }
+        }
+    }
+
+    /// Removes the state and runtime directories of removed pods (secrets included). Run as a
+    /// transient unit: podunit-sync's own sandbox keeps /run read-only.
+    fn cleanup_removed(&mut self) {
+        for (pod, uid) in std::mem::take(&mut self.pending_cleanups) {
+            if uid.is_empty() || uid.contains('/') || uid.starts_with('.') {
+                log(&format!("pod {pod}: refusing to clean up odd uid {uid:?}"));
+                continue;
+            }
+            let dirs = [
+                format!("{}/{uid}", Paths::RUNTIME),
+                format!("{}/{uid}", Paths::STATE),
+            ];
+            let mut argv: Vec<String> = ["/bin/rm", "-rf", "--one-file-system", "--"]
+                .map(String::from)
+                .to_vec();
+            argv.extend(
+                dirs.iter()
+                    .map(|d| self.opts.paths.host(d).to_string_lossy().into_owned()),
+            );
+            log(&format!("pod {pod} removed: deleting {}", dirs.join(" ")));
+            // Named after the pod, so that it is among the pod's units while it runs.
+            let name = format!(
+                "{}-cleanup.service",
+                crate::naming::pod_service(&pod.namespace, &pod.name).trim_end_matches(".service")
+            );
+            if let Err(e) =
+                self.client
+                    .run_transient(&name, &format!("Clean up removed pod {pod}"), &argv)
+            {
+                log(&format!("{e}"));
+            }
+        }
     }
 
     /// When the next grace period ends, if any stop is still running.
@@ -227,6 +293,10 @@ impl Syncer {
         self.kill_at.retain(|(_, _, j)| j != job);
         if !self.pending_stops.remove(job) || !self.pending_stops.is_empty() {
             return Ok(());
+        }
+        self.after_stops();
+        if !self.pending_stops.is_empty() {
+            return Ok(()); // slices stopping now; reset once they are done
         }
         self.reset_leftovers()
     }

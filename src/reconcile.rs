@@ -28,10 +28,14 @@ pub struct Recorded {
     /// enforces the grace period itself.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub grace: BTreeMap<String, u64>,
+    /// The pod's uid: names its state and runtime directories, removed with the pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
 }
 
 fn record(pod: &GeneratedPod) -> Recorded {
     Recorded {
+        uid: pod.uid.clone(),
         hash: pod.hash.clone(),
         units: pod.units(),
         grace: pod
@@ -67,6 +71,9 @@ pub enum Action {
     Stop { unit: String, grace: Option<u64> },
     /// ResetFailedUnit(unit) for a failed unit whose file is gone.
     ResetFailed { unit: String },
+    /// Remove a removed pod's state and runtime directories once its units have stopped:
+    /// systemd forgot the pod unit's ExecStopPost= cleanup with its file.
+    Cleanup { pod: PodKey, uid: String },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -127,6 +134,15 @@ pub fn plan(
             actions.push(Action::ResetFailed {
                 unit: u.name.clone(),
             });
+        }
+    }
+    let desired_keys: BTreeSet<String> = desired.iter().map(|p| p.key.to_string()).collect();
+    for (key, r) in &recorded.pods {
+        if desired_keys.contains(key) {
+            continue;
+        }
+        if let (Some(pod), Some(uid)) = (PodKey::parse(key), r.uid.clone()) {
+            actions.push(Action::Cleanup { pod, uid });
         }
     }
     Plan { actions, next }
@@ -380,6 +396,35 @@ mod tests {
             }]
         );
         assert!(p.next.pods.is_empty());
+    }
+
+    #[test]
+    fn removed_recorded_pod_is_cleaned_up_after_its_stops() {
+        let mut gone = pod("old", "h");
+        gone.uid = Some("u-1".into());
+        let mut recorded = rec(&[], BOOT);
+        recorded.pods.insert("default/old".into(), record(&gone));
+        let actual = vec![unit(
+            gone.pod_unit.as_deref().unwrap(),
+            "not-found",
+            "active",
+        )];
+        let p = plan(&[], &recorded, &actual, BOOT);
+        assert_eq!(
+            p.actions.last(),
+            Some(&Action::Cleanup {
+                pod: PodKey::new("default", "old"),
+                uid: "u-1".into()
+            })
+        );
+        assert!(matches!(p.actions[0], Action::Stop { .. }));
+        // Still rendered: never cleaned up.
+        let p = plan(&[gone], &recorded, &actual, BOOT);
+        assert!(
+            !p.actions
+                .iter()
+                .any(|a| matches!(a, Action::Cleanup { .. }))
+        );
     }
 
     #[test]

@@ -93,6 +93,7 @@ mod tests {
                 hash: "h".into(),
                 units: vec!["podunit-default_web.service".into()],
                 grace: Default::default(),
+                uid: Some("u".into()),
             },
         );
         save(&path, &s).unwrap();
