@@ -63,6 +63,8 @@ pub struct GeneratedContainer {
     pub order: usize,
     /// The unit's `Restart=` (`always`, `on-failure`, `no`): decides Succeeded/Failed vs restarting.
     pub restart: String,
+    /// `TimeoutStopSec=` in seconds (the grace period), when given as plain seconds.
+    pub stop_timeout_s: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -387,6 +389,10 @@ fn build_pod(acc: PodAcc) -> GeneratedPod {
                     kind,
                     order,
                     restart: c.file.get("Service", "Restart").unwrap_or("no").to_string(),
+                    stop_timeout_s: c
+                        .file
+                        .get("Service", "TimeoutStopSec")
+                        .and_then(|v| v.strip_suffix('s').unwrap_or(v).parse().ok()),
                 },
             )
         })
@@ -434,7 +440,7 @@ mod tests {
             ),
             f(
                 "podunit-default_web_nginx.service",
-                "[Unit]\nAfter=podunit-default_web_init-b.service\n[Service]\nType=exec\n",
+                "[Unit]\nAfter=podunit-default_web_init-b.service\n[Service]\nType=exec\nTimeoutStopSec=30s\n",
             ),
             f(
                 "podunit-default_web.service.wants/podunit-default_web_nginx.service",
@@ -455,6 +461,8 @@ mod tests {
         assert_eq!(p.pod_unit.as_deref(), Some("podunit-default_web.service"));
         assert_eq!(p.slice.as_deref(), Some("podunit-default_web.slice"));
         assert_eq!(p.source_path.as_deref(), Some("/etc/pods.d/web.yaml"));
+        assert_eq!(p.containers[2].stop_timeout_s, Some(30));
+        assert_eq!(p.containers[0].stop_timeout_s, None);
         let names: Vec<(&str, ContainerKind)> = p
             .containers
             .iter()

@@ -12,6 +12,8 @@ use crate::systemd::{self, Client, Event};
 use std::collections::HashSet;
 use std::fmt;
 use std::path::PathBuf;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
 /// Where podunit-sync reads and writes; every path already carries the `PODUNIT_ROOT` prefix.
 #[derive(Debug, Clone)]
@@ -106,6 +108,13 @@ pub struct Syncer {
     boot_id: String,
     /// Stop jobs still running; once none is left, failed leftovers get reset.
     pending_stops: HashSet<String>,
+    /// (deadline, unit, stop job): SIGKILL the unit if its stop job is still running then.
+    kill_at: Vec<(Instant, String, String)>,
+    /// Removed pods whose directories go once no stop job is left.
+    pending_cleanups: Vec<(crate::generated::PodKey, String)>,
+    /// Slices of removed pods: stopped last, after their pods' cleanup has been queued, so a
+    /// removed pod's units are all gone only once its files are.
+    pending_slices: Vec<String>,
 }
 
 impl Syncer {
@@ -115,6 +124,9 @@ impl Syncer {
             opts,
             boot_id: boot_id(),
             pending_stops: HashSet::new(),
+            kill_at: Vec::new(),
+            pending_cleanups: Vec::new(),
+            pending_slices: Vec::new(),
         }
     }
 
@@ -161,16 +173,29 @@ impl Syncer {
                     log(&format!("restarting pod {pod}: its units changed ({unit})"));
                     self.client.restart(unit).map(|_| sum.restarted += 1)
                 }
-                Action::Stop { unit } => {
+                Action::Stop { unit, .. } if unit.ends_with(".slice") => {
+                    self.pending_slices.push(unit.clone());
+                    Ok(())
+                }
+                Action::Stop { unit, grace } => {
                     log(&format!("stopping {unit}: its pod is gone"));
                     self.client.stop(unit).map(|job| {
-                        self.pending_stops.insert(job.as_str().to_string());
+                        let job = job.as_str().to_string();
+                        if let Some(g) = grace {
+                            let at = Instant::now() + Duration::from_secs(*g);
+                            self.kill_at.push((at, unit.clone(), job.clone()));
+                        }
+                        self.pending_stops.insert(job);
                         sum.stopped += 1;
                     })
                 }
                 Action::ResetFailed { unit } => {
                     log(&format!("resetting failed {unit}: its pod is gone"));
                     self.client.reset_failed(unit).map(|_| sum.reset += 1)
+                }
+                Action::Cleanup { pod, uid } => {
+                    self.pending_cleanups.push((pod.clone(), uid.clone()));
+                    Ok(())
                 }
             };
             if let Err(e) = result {
@@ -186,16 +211,92 @@ impl Syncer {
             }
         }
         statefile::save(&self.opts.state_file, &next)?;
-        if sum.stopped == 0 {
-            self.remove_gone_pods_files(&desired);
+        if self.pending_stops.is_empty() {
+            self.after_stops();
         }
         Ok(sum)
     }
 
+    /// Every stop job has ended: clean up the removed pods, then stop their slices.
+    fn after_stops(&mut self) {
+        self.cleanup_removed();
+        for unit in std::mem::take(&mut self.pending_slices) {
+            log(&format!("stopping {unit}: its pod is gone"));
+            match self.client.stop(&unit) {
+                Ok(job) => {
+                    self.pending_stops.insert(job.as_str().to_string());
+                }
+                Err(e) => log(&format!("{e}")),
+            }
+        }
+    }
+
+    /// Removes the state and runtime directories of removed pods (secrets included). Run as a
+    /// transient unit: podunit-sync's own sandbox keeps /run read-only.
+    fn cleanup_removed(&mut self) {
+        for (pod, uid) in std::mem::take(&mut self.pending_cleanups) {
+            if uid.is_empty() || uid.contains('/') || uid.starts_with('.') {
+                log(&format!("pod {pod}: refusing to clean up odd uid {uid:?}"));
+                continue;
+            }
+            let dirs = [
+                format!("{}/{uid}", Paths::RUNTIME),
+                format!("{}/{uid}", Paths::STATE),
+            ];
+            let mut argv: Vec<String> = ["/bin/rm", "-rf", "--one-file-system", "--"]
+                .map(String::from)
+                .to_vec();
+            argv.extend(
+                dirs.iter()
+                    .map(|d| self.opts.paths.host(d).to_string_lossy().into_owned()),
+            );
+            log(&format!("pod {pod} removed: deleting {}", dirs.join(" ")));
+            // Named after the pod, so that it is among the pod's units while it runs.
+            let name = format!(
+                "{}-cleanup.service",
+                crate::naming::pod_service(&pod.namespace, &pod.name).trim_end_matches(".service")
+            );
+            if let Err(e) =
+                self.client
+                    .run_transient(&name, &format!("Clean up removed pod {pod}"), &argv)
+            {
+                log(&format!("{e}"));
+            }
+        }
+    }
+
+    /// When the next grace period ends, if any stop is still running.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.kill_at.iter().map(|(at, _, _)| *at).min()
+    }
+
+    /// SIGKILLs every unit whose grace period is over and whose stop job still runs: systemd
+    /// forgot the unit's TimeoutStopSec= with its file, so the kubelet's rule is applied here.
+    pub fn enforce_grace(&mut self) {
+        let now = Instant::now();
+        let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.kill_at)
+            .into_iter()
+            .partition(|(at, _, _)| *at <= now);
+        self.kill_at = later;
+        for (_, unit, job) in due {
+            if self.pending_stops.contains(&job) {
+                log(&format!("{unit}: grace period over, SIGKILL"));
+                if let Err(e) = self.client.kill(&unit, 9) {
+                    log(&format!("{e}"));
+                }
+            }
+        }
+    }
+
     /// A job ended. When it was the last of our stop jobs, reset what failed while stopping.
     pub fn job_removed(&mut self, job: &str) -> Result<(), Error> {
+        self.kill_at.retain(|(_, _, j)| j != job);
         if !self.pending_stops.remove(job) || !self.pending_stops.is_empty() {
             return Ok(());
+        }
+        self.after_stops();
+        if !self.pending_stops.is_empty() {
+            return Ok(()); // slices stopping now; reset once they are done
         }
         self.reset_leftovers()
     }
@@ -290,10 +391,21 @@ pub fn log(msg: &str) {
 
 /// Runs the main loop until terminated. Called with `events` subscribed *before* the first
 /// reconcile, so a reload in between is never missed.
-pub fn run(syncer: &mut Syncer, rx: std::sync::mpsc::Receiver<Msg>) -> Result<i32, Error> {
+pub fn run(syncer: &mut Syncer, rx: mpsc::Receiver<Msg>) -> Result<i32, Error> {
     loop {
-        let Ok(msg) = rx.recv() else {
-            return Ok(0);
+        let msg = match syncer.next_deadline() {
+            None => match rx.recv() {
+                Ok(m) => m,
+                Err(_) => return Ok(0),
+            },
+            Some(at) => match rx.recv_timeout(at.saturating_duration_since(Instant::now())) {
+                Ok(m) => m,
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    syncer.enforce_grace();
+                    continue;
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => return Ok(0),
+            },
         };
         let mut reconcile = false;
         let mut reload_now = false;

@@ -23,6 +23,27 @@ pub struct Recorded {
     pub hash: String,
     /// The pod's units at that time.
     pub units: Vec<String>,
+    /// Grace period (`TimeoutStopSec=`, seconds) per container unit. Once a pod's files are gone
+    /// systemd forgets its units' settings (a stop would wait the default 90 s), so podunit-sync
+    /// enforces the grace period itself.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub grace: BTreeMap<String, u64>,
+    /// The pod's uid: names its state and runtime directories, removed with the pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
+}
+
+fn record(pod: &GeneratedPod) -> Recorded {
+    Recorded {
+        uid: pod.uid.clone(),
+        hash: pod.hash.clone(),
+        units: pod.units(),
+        grace: pod
+            .containers
+            .iter()
+            .filter_map(|c| Some((c.unit.clone(), c.stop_timeout_s?)))
+            .collect(),
+    }
 }
 
 /// The persisted state of podunit-sync (`/var/lib/podunit/sync-state.json`).
@@ -46,10 +67,13 @@ pub enum Action {
     Start { pod: PodKey, unit: String },
     /// RestartUnit(pod unit, "replace"): the containers follow through PartOf=.
     Restart { pod: PodKey, unit: String },
-    /// StopUnit(unit, "replace") for a unit whose file is gone.
-    Stop { unit: String },
+    /// StopUnit(unit, "replace") for a unit whose file is gone; SIGKILL after `grace` seconds.
+    Stop { unit: String, grace: Option<u64> },
     /// ResetFailedUnit(unit) for a failed unit whose file is gone.
     ResetFailed { unit: String },
+    /// Remove a removed pod's state and runtime directories once its units have stopped:
+    /// systemd forgot the pod unit's ExecStopPost= cleanup with its file.
+    Cleanup { pod: PodKey, uid: String },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -82,21 +106,15 @@ pub fn plan(
             continue; // no pod unit rendered: nothing that could start it
         };
         let running = by_name.get(unit.as_str()).is_some_and(|u| u.is_running());
-        let record = recorded.pods.get(&pod.key.to_string());
-        let changed = record.is_some_and(|r| r.hash != pod.hash);
+        let previous = recorded.pods.get(&pod.key.to_string());
+        let changed = previous.is_some_and(|r| r.hash != pod.hash);
         let key = pod.key.clone();
         if running && changed && same_boot {
             actions.push(Action::Restart { pod: key, unit });
         } else if !running {
             actions.push(Action::Start { pod: key, unit });
         }
-        next.pods.insert(
-            pod.key.to_string(),
-            Recorded {
-                hash: pod.hash.clone(),
-                units: pod.units(),
-            },
-        );
+        next.pods.insert(pod.key.to_string(), record(pod));
     }
     for u in actual {
         if desired_units.contains(&u.name) || naming::parse(&u.name).is_none() || !u.is_not_found()
@@ -104,13 +122,27 @@ pub fn plan(
             continue;
         }
         if u.is_running() {
+            let grace = recorded
+                .pods
+                .values()
+                .find_map(|r| r.grace.get(&u.name).copied());
             actions.push(Action::Stop {
                 unit: u.name.clone(),
+                grace,
             });
         } else if u.active_state == "failed" {
             actions.push(Action::ResetFailed {
                 unit: u.name.clone(),
             });
+        }
+    }
+    let desired_keys: BTreeSet<String> = desired.iter().map(|p| p.key.to_string()).collect();
+    for (key, r) in &recorded.pods {
+        if desired_keys.contains(key) {
+            continue;
+        }
+        if let (Some(pod), Some(uid)) = (PodKey::parse(key), r.uid.clone()) {
+            actions.push(Action::Cleanup { pod, uid });
         }
     }
     Plan { actions, next }
@@ -166,6 +198,7 @@ mod tests {
                 kind: ContainerKind::App,
                 order: 0,
                 restart: "always".into(),
+                stop_timeout_s: Some(7),
             }],
             source_path: None,
             hash: hash.into(),
@@ -191,15 +224,7 @@ mod tests {
             boot_id: boot.into(),
             pods: entries
                 .iter()
-                .map(|(n, h)| {
-                    (
-                        format!("default/{n}"),
-                        Recorded {
-                            hash: h.to_string(),
-                            units: pod(n, h).units(),
-                        },
-                    )
-                })
+                .map(|(n, h)| (format!("default/{n}"), record(&pod(n, h))))
                 .collect(),
             ..Default::default()
         }
@@ -331,19 +356,23 @@ mod tests {
             p.actions,
             vec![
                 Action::Stop {
-                    unit: gone.pod_unit.clone().unwrap()
+                    unit: gone.pod_unit.clone().unwrap(),
+                    grace: None,
                 },
                 Action::ResetFailed {
                     unit: gone.containers[0].unit.clone()
                 },
                 Action::Stop {
-                    unit: gone.slice.clone().unwrap()
+                    unit: gone.slice.clone().unwrap(),
+                    grace: None,
                 },
                 Action::Stop {
-                    unit: naming::container_service("default", "web", "gone")
+                    unit: naming::container_service("default", "web", "gone"),
+                    grace: None,
                 },
                 Action::Stop {
-                    unit: "podunit-default_old2.slice".into()
+                    unit: "podunit-default_old2.slice".into(),
+                    grace: None,
                 },
             ]
         );
@@ -351,6 +380,50 @@ mod tests {
         assert_eq!(
             leftovers(&actual, &[pod("web", "h1")]),
             vec![gone.containers[0].unit.clone()]
+        );
+    }
+
+    #[test]
+    fn stop_of_a_recorded_container_carries_its_grace_period() {
+        let gone = pod("old", "h");
+        let actual = vec![unit(&gone.containers[0].unit, "not-found", "active")];
+        let p = plan(&[], &rec(&[("old", "h")], BOOT), &actual, BOOT);
+        assert_eq!(
+            p.actions,
+            vec![Action::Stop {
+                unit: gone.containers[0].unit.clone(),
+                grace: Some(7)
+            }]
+        );
+        assert!(p.next.pods.is_empty());
+    }
+
+    #[test]
+    fn removed_recorded_pod_is_cleaned_up_after_its_stops() {
+        let mut gone = pod("old", "h");
+        gone.uid = Some("u-1".into());
+        let mut recorded = rec(&[], BOOT);
+        recorded.pods.insert("default/old".into(), record(&gone));
+        let actual = vec![unit(
+            gone.pod_unit.as_deref().unwrap(),
+            "not-found",
+            "active",
+        )];
+        let p = plan(&[], &recorded, &actual, BOOT);
+        assert_eq!(
+            p.actions.last(),
+            Some(&Action::Cleanup {
+                pod: PodKey::new("default", "old"),
+                uid: "u-1".into()
+            })
+        );
+        assert!(matches!(p.actions[0], Action::Stop { .. }));
+        // Still rendered: never cleaned up.
+        let p = plan(&[gone], &recorded, &actual, BOOT);
+        assert!(
+            !p.actions
+                .iter()
+                .any(|a| matches!(a, Action::Cleanup { .. }))
         );
     }
 

@@ -92,6 +92,8 @@ mod tests {
             Recorded {
                 hash: "h".into(),
                 units: vec!["podunit-default_web.service".into()],
+                grace: Default::default(),
+                uid: Some("u".into()),
             },
         );
         save(&path, &s).unwrap();

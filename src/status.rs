@@ -405,6 +405,7 @@ pub fn orphan_pods(actual: &[ListedUnit], desired: &[GeneratedPod]) -> Vec<Gener
                 kind: ContainerKind::App,
                 order: 0,
                 restart: "no".into(),
+                stop_timeout_s: None,
             }),
             None if u.name.ends_with(".service") => pod.pod_unit = Some(u.name.clone()),
             None => pod.slice = Some(u.name.clone()),
@@ -445,6 +446,7 @@ mod tests {
             kind,
             order: 0,
             restart: restart.into(),
+            stop_timeout_s: None,
         }
     }
 

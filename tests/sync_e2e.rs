@@ -12,7 +12,9 @@ const NS: &str = "default";
 const SYNC_STAND_IN: &str = "[Unit]\nDescription=podunit-sync (test stand-in)\nAfter=dbus.service\n\
 [Service]\nType=notify\nExecStart=/usr/bin/podunit-sync\nRestart=always\nRestartSec=1\n";
 
-/// Makes sure podunit-sync runs (as the package's unit, or the stand-in) and is ready.
+/// (Re)starts podunit-sync (the package's unit, or the stand-in) and waits until it is ready. A
+/// restart, not a start: the package enables it at boot, and the tests need its start-time work
+/// (configuration, spool check) to see what they prepared.
 fn start_sync(m: &Machine) {
     if m.read("/usr/lib/systemd/system/podunit-sync.service")
         .is_none()
@@ -23,8 +25,6 @@ fn start_sync(m: &Machine) {
         );
         m.daemon_reload();
     }
-    // The package enables it, so it may already run since boot: what the test set up (config,
-    // spool) must be seen at *a* start, so restart it.
     m.sh_ok("systemctl restart podunit-sync.service");
     wait_state(m, "podunit-sync.service", &["active"]);
 }
@@ -361,4 +361,42 @@ fn watch_manifests_reloads_by_itself_and_skips_broken_files() {
             .then_some(())
     });
     assert_eq!(reloads(), before);
+}
+
+#[test]
+fn removed_pod_that_fails_while_stopping_leaves_no_failed_unit() {
+    let m = Machine::boot("sync-stop-fails");
+    start_sync(&m);
+    // Ignores SIGTERM: SIGKILLed after its grace period, so its stop ends in `failed`.
+    let y = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: stubborn
+spec:
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: main
+    image: host
+    command: ["/usr/local/bin/probe"]
+    env:
+    - name: PROBE
+      value: sync-stubborn
+    - name: PROBE_THEN
+      value: ignore-term
+"#;
+    m.write("/etc/pods.d/stubborn.yaml", y.as_bytes());
+    m.daemon_reload();
+    let p = Probe::new(&m, "sync-stubborn");
+    p.wait_starts(1);
+    m.sh_ok("rm /etc/pods.d/stubborn.yaml");
+    m.daemon_reload();
+    m.wait_for("stubborn's units to be gone", SOON, || {
+        known_units(&m, NS, "stubborn").is_empty().then_some(())
+    });
+    assert_eq!(
+        p.text("signals").as_deref(),
+        Some("term\n"),
+        "SIGTERM came first"
+    );
+    assert_eq!(failed_podunit_units(&m), "");
 }

@@ -176,6 +176,40 @@ impl Client {
         )
     }
 
+    /// `KillUnit(unit, "all", signal)`: every process of the unit.
+    pub fn kill(&self, unit: &str, signal: i32) -> Result<(), Error> {
+        self.manager(
+            format!("KillUnit {unit}"),
+            "KillUnit",
+            &(unit, "all", signal),
+        )
+    }
+
+    /// Runs `argv` once as a transient oneshot unit `name`, in the service manager's context (not
+    /// in podunit-sync's sandbox), collected when done even if it failed.
+    pub fn run_transient(
+        &self,
+        name: &str,
+        description: &str,
+        argv: &[String],
+    ) -> Result<(), Error> {
+        use zbus::zvariant::Value;
+        let exec = vec![(argv[0].clone(), argv.to_vec(), false)];
+        let props: Vec<(&str, Value<'_>)> = vec![
+            ("Description", Value::from(description)),
+            ("Type", Value::from("oneshot")),
+            ("CollectMode", Value::from("inactive-or-failed")),
+            ("ExecStart", Value::from(exec)),
+        ];
+        let aux: Vec<(&str, Vec<(&str, Value<'_>)>)> = Vec::new();
+        let _job: OwnedObjectPath = self.manager(
+            format!("StartTransientUnit {name}"),
+            "StartTransientUnit",
+            &(name, MODE, props, aux),
+        )?;
+        Ok(())
+    }
+
     /// `daemon-reload`. Returns once systemd has reloaded.
     pub fn reload(&self) -> Result<(), Error> {
         self.manager("Reload".into(), "Reload", &())
