@@ -301,8 +301,7 @@ impl Syncer {
         self.reset_leftovers()
     }
 
-    /// Resets every failed unit whose pod is gone, so `systemctl --failed` stays clean, and
-    /// removes what gone pods left on the node.
+    /// Resets every failed unit whose pod is gone, so `systemctl --failed` stays clean.
     pub fn reset_leftovers(&mut self) -> Result<(), Error> {
         let desired = self.desired()?;
         for unit in reconcile::leftovers(&self.actual(&desired)?, &desired) {
@@ -311,35 +310,7 @@ impl Syncer {
                 log(&format!("{e}"));
             }
         }
-        self.remove_gone_pods_files(&desired);
         Ok(())
-    }
-
-    /// Once a pod's units are gone, so is its unit's `ExecStopPost=` cleanup: its runtime files
-    /// (secret volumes, env files) and its state (emptyDir) are removed here, as the kubelet
-    /// removes a deleted pod's volumes. Only called with no stop job of ours pending.
-    fn remove_gone_pods_files(&self, desired: &[GeneratedPod]) {
-        if !self.pending_stops.is_empty() {
-            return;
-        }
-        let live: HashSet<&str> = desired.iter().filter_map(|p| p.uid.as_deref()).collect();
-        // Not tokens: cluster mode issues them before the pod is rendered, and removes them itself.
-        for base in [crate::paths::Paths::RUNTIME, crate::paths::Paths::STATE] {
-            let dir = self.opts.paths.host(base);
-            let Ok(entries) = std::fs::read_dir(&dir) else {
-                continue;
-            };
-            for e in entries.flatten() {
-                let name = e.file_name().to_string_lossy().into_owned();
-                if live.contains(name.as_str()) || name.starts_with('.') {
-                    continue;
-                }
-                log(&format!("removing {}: its pod is gone", e.path().display()));
-                if let Err(err) = std::fs::remove_dir_all(e.path()) {
-                    log(&format!("cannot remove {}: {err}", e.path().display()));
-                }
-            }
-        }
     }
 
     /// The spool manifests the generator did not render, unless this boot already reloaded for
