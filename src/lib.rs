@@ -22,6 +22,7 @@ pub mod generated;
 #[cfg(feature = "cli")]
 pub mod localsync;
 pub mod manifest;
+pub mod parallel;
 pub mod plan;
 #[cfg(feature = "cli")]
 pub mod prepare;

@@ -196,6 +196,11 @@ pub fn translate(
     u.add("SourcePath", Value::Path(source.clone()));
     u.trusted("After", "network.target");
     u.trusted("PartOf", naming::TARGET);
+    // Starting the pod starts its containers. A `Wants=` line does what a `.wants/` link does,
+    // without a directory and a symlink per container in a tree systemd reads at every reload.
+    for c in &containers {
+        u.trusted("Wants", c.unit.name.clone());
+    }
     u.add("X-PodunitPod", Value::Plain(format!("{ns}/{name}")));
     u.add("X-PodunitUid", Value::Plain(uid.to_string()));
     let svc = p.section("Service");
@@ -231,10 +236,6 @@ pub fn translate(
 
     let mut warnings = Vec::new();
     for c in containers {
-        outputs.push(Output::Symlink {
-            link: format!("{pod_unit}.wants/{}", c.unit.name),
-            target: format!("../{}", c.unit.name),
-        });
         outputs.push(Output::Unit(c.unit));
         warnings.extend(c.warnings.into_iter().map(|f: Fault| {
             Problem::warning(&entry.file, f.message)
