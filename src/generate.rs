@@ -110,22 +110,16 @@ pub fn write_tree(dir: &Path, g: &Generated) -> Vec<(String, io::Error)> {
 }
 
 fn write_pod(dir: &Path, pod: &PodUnits) -> io::Result<()> {
-    // Render everything first: nothing is written for a pod that cannot be rendered whole.
-    let mut files = Vec::new();
+    // Every unit was rendered when it was translated: nothing here can fail half-way for a
+    // value that does not encode.
     for o in &pod.outputs {
         match o {
-            Output::Unit(u) => {
-                let text = u
-                    .render()
-                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
-                files.push((u.name.as_str(), text));
+            Output::Unit(u) => in_dir(&dir.join(&u.name), |path| std::fs::write(path, &u.text))?,
+            Output::File { path, content } => {
+                in_dir(&dir.join(path), |p| std::fs::write(p, content))?
             }
-            Output::File { path, content } => files.push((path.as_str(), content.clone())),
             Output::Symlink { .. } => {}
         }
-    }
-    for (rel, text) in files {
-        in_dir(&dir.join(rel), |path| std::fs::write(path, &text))?;
     }
     for o in &pod.outputs {
         if let Output::Symlink { link, target } = o {
@@ -166,10 +160,7 @@ pub fn render_text(g: &Generated) -> String {
         match o {
             Output::Unit(u) => {
                 out.push_str(&format!("# ==> {} <==\n", u.name));
-                out.push_str(
-                    &u.render()
-                        .unwrap_or_else(|e| format!("# cannot render: {e}\n")),
-                );
+                out.push_str(&u.text);
                 out.push('\n');
             }
             Output::Symlink { link, target } => {
