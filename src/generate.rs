@@ -271,6 +271,12 @@ pub fn node_setup_with_policy(
     }
     node.private_network = config.network == crate::config::Network::Private;
     node.restart_steps = config.restart_backoff_steps;
+    if let Some(bin) = std::env::current_exe()
+        .ok()
+        .and_then(|exe| installed_podunit_bin(&paths.root, &exe))
+    {
+        node.podunit_bin = bin;
+    }
     let images = FsImages {
         paths: paths.clone(),
         host_aliases: config
@@ -288,5 +294,66 @@ pub fn node_setup_with_policy(
     (node, images, problem, policy)
 }
 
+/// Where `podunit` is, judged from where this program runs: `<prefix>/bin/podunit` when it is
+/// `<prefix>/lib/systemd/system-generators/podunit-generator` or `<prefix>/bin/podunit` (so a
+/// `make install PREFIX=/usr/local` gets units that call `/usr/local/bin/podunit`). `exe` is taken
+/// relative to the test root `root`. None anywhere else (a build tree, a `/lib` generator of a
+/// system without merged /usr): the caller keeps `/usr/bin/podunit`.
+pub fn installed_podunit_bin(root: &Path, exe: &Path) -> Option<String> {
+    let rel = Path::new("/").join(exe.strip_prefix(root).ok()?);
+    let s = rel.to_str()?;
+    let prefix = s
+        .strip_suffix("/lib/systemd/system-generators/podunit-generator")
+        .or_else(|| s.strip_suffix("/bin/podunit"))?;
+    // The value lands in ExecStart= (escaped, but still): only a plain absolute path counts.
+    let plain = prefix
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"/._-+".contains(&b));
+    (prefix.starts_with('/') && plain && !prefix.contains("/.."))
+        .then(|| format!("{prefix}/bin/podunit"))
+}
+
 /// The unit every pod hangs off (shipped by the package, referenced here for symlinks).
 pub const TARGET: &str = naming::TARGET;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn podunit_bin_follows_the_install_prefix() {
+        let bin = |root: &str, exe: &str| installed_podunit_bin(Path::new(root), Path::new(exe));
+        let gen_in = |p: &str| format!("{p}/lib/systemd/system-generators/podunit-generator");
+        assert_eq!(
+            bin("/", &gen_in("/usr")).as_deref(),
+            Some("/usr/bin/podunit")
+        );
+        assert_eq!(
+            bin("/", &gen_in("/usr/local")).as_deref(),
+            Some("/usr/local/bin/podunit")
+        );
+        assert_eq!(
+            bin("/", "/opt/podunit/bin/podunit").as_deref(),
+            Some("/opt/podunit/bin/podunit")
+        );
+        // Under a test root, the path inside it counts.
+        assert_eq!(
+            bin("/tmp/r", &gen_in("/tmp/r/usr/local")).as_deref(),
+            Some("/usr/local/bin/podunit")
+        );
+        // A build tree, a generator in /lib (no merged /usr), a program outside the test root,
+        // a prefix with odd characters: none.
+        for (root, exe) in [
+            ("/", "/src/podunit/target/release/podunit-generator"),
+            ("/", "/src/podunit/target/debug/podunit"),
+            ("/", "/lib/systemd/system-generators/podunit-generator"),
+            (
+                "/tmp/r",
+                "/usr/lib/systemd/system-generators/podunit-generator",
+            ),
+            ("/", "/opt/we ird/bin/podunit"),
+        ] {
+            assert_eq!(bin(root, exe), None, "{exe} under {root}");
+        }
+    }
+}

@@ -43,6 +43,9 @@ pub struct NodeFacts {
     pub private_network: bool,
     /// systemd is new enough (254+) for `RestartSteps=`/`RestartMaxDelaySec=`.
     pub restart_steps: bool,
+    /// The `podunit` binary the pod unit runs for `pod-prepare`/`pod-cleanup`: where this
+    /// installation put it (see [`crate::generate::installed_podunit_bin`]).
+    pub podunit_bin: String,
 }
 
 impl Default for NodeFacts {
@@ -53,6 +56,7 @@ impl Default for NodeFacts {
             memory_bytes: 1 << 30,
             private_network: false,
             restart_steps: false,
+            podunit_bin: Paths::PODUNIT_BIN.to_string(),
         }
     }
 }
@@ -238,7 +242,7 @@ pub fn translate(
     svc.trusted("Type", "oneshot");
     svc.trusted("RemainAfterExit", "yes");
     svc.trusted("Slice", slice.clone());
-    let bin = escape_arg(Paths::PODUNIT_BIN);
+    let bin = escape_arg(&node.podunit_bin);
     svc.add(
         "ExecStart",
         Value::Exec(vec![
