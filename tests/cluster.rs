@@ -25,11 +25,14 @@ use std::time::{Duration, Instant};
 const NODE: &str = "n1";
 
 // ---------------------------------------------------------------------------------------------
-// A simulated systemd: units come up when their pod's spool file appears at a reload.
+// A simulated systemd: units come up when their pod's spool file appears at a reload. A reload
+// runs the real generator (its tree, with the pods' plans, goes where systemd's would) and a pod
+// that starts runs the real pod-prepare, so volumes look as on a host.
 
 #[derive(Default)]
 struct FakeUnits {
     spool: PathBuf,
+    paths: Option<Paths>,
     state: Mutex<HashMap<String, UnitProps>>,
     reloads: AtomicU64,
     changed: AtomicBool,
@@ -57,11 +60,33 @@ fn running(start: u64) -> UnitProps {
 }
 
 impl FakeUnits {
-    fn new(spool: PathBuf) -> Arc<FakeUnits> {
+    fn new(paths: &Paths) -> Arc<FakeUnits> {
         Arc::new(FakeUnits {
-            spool,
+            spool: paths.spool(),
+            paths: Some(paths.clone()),
             ..Default::default()
         })
+    }
+
+    /// What the generator and pod-prepare do at a reload: the tree is rewritten; pods in `starting`
+    /// (pod unit -> uid) get their volumes prepared.
+    fn generate_and_prepare(&self, starting: &HashMap<String, String>) {
+        let paths = self.paths.as_ref().unwrap();
+        let catalog = podunit::manifest::Catalog::load(paths);
+        let (facts, images, _) = podunit::generate::node_setup(paths);
+        let g = podunit::generate::generate(&catalog, &facts, &images);
+        let tree = paths.host(podunit::plan::GENERATOR_DIR);
+        let _ = std::fs::remove_dir_all(&tree);
+        std::fs::create_dir_all(&tree).unwrap();
+        assert!(podunit::generate::write_tree(&tree, &g).is_empty());
+        for pod in &g.pods {
+            let unit = podunit::naming::pod_service(&pod.plan.namespace, &pod.plan.name);
+            if starting.get(&unit) == Some(&pod.plan.uid)
+                && let Err(e) = podunit::prepare::prepare(&pod.plan, paths, &catalog, "127.0.0.1")
+            {
+                eprintln!("pod-prepare {unit}: {e}");
+            }
+        }
     }
 
     /// Test hook: change a unit as systemd would, and signal it.
@@ -100,6 +125,7 @@ impl FakeUnits {
 impl Units for FakeUnits {
     fn reload(&self) -> Result<(), String> {
         self.reloads.fetch_add(1, Ordering::SeqCst);
+        let mut starting = HashMap::new();
         let mut s = self.state.lock().unwrap();
         for e in std::fs::read_dir(&self.spool).map_err(|e| e.to_string())? {
             let path = e.map_err(|e| e.to_string())?.path();
@@ -122,6 +148,9 @@ impl Units for FakeUnits {
                 uids.insert(pu.clone(), uid);
             }
             drop(uids);
+            if !s.contains_key(&pu) {
+                starting.insert(pu.clone(), pod.metadata.uid.clone().unwrap_or_default());
+            }
             s.entry(pu).or_insert_with(|| UnitProps {
                 sub_state: "exited".into(),
                 ..running(start)
@@ -141,6 +170,8 @@ impl Units for FakeUnits {
                 s.entry(u).or_insert_with(|| running(start));
             }
         }
+        drop(s);
+        self.generate_and_prepare(&starting);
         self.changed.store(true, Ordering::SeqCst);
         Ok(())
     }
@@ -213,7 +244,7 @@ fn start(name: &str, policy: Policy, tweak: impl FnOnce(ServerConfig) -> ServerC
     let node_client = client_from(&server.node_kubeconfig(NODE));
     let paths = Paths::with_root(root.join("host"));
     std::fs::create_dir_all(paths.spool()).unwrap();
-    let units = FakeUnits::new(paths.spool());
+    let units = FakeUnits::new(&paths);
     let cfg = AgentConfig {
         node_name: NODE.into(),
         timing: ClusterTiming {
@@ -681,4 +712,126 @@ fn a_writer_killed_mid_write_never_leaves_a_partial_file() {
         "the writer never got a file written: the test proved nothing"
     );
     std::fs::remove_dir_all(&root).unwrap();
+}
+
+/// The claims of a JWT (its middle part, base64url without padding).
+fn jwt_claims(token: &str) -> serde_json::Value {
+    let part = token.trim().split('.').nth(1).expect("a JWT");
+    let val = |c: u8| match c {
+        b'A'..=b'Z' => c - b'A',
+        b'a'..=b'z' => c - b'a' + 26,
+        b'0'..=b'9' => c - b'0' + 52,
+        b'-' => 62,
+        b'_' => 63,
+        _ => panic!("not base64url: {part}"),
+    };
+    let (mut out, mut acc, mut bits) = (Vec::new(), 0u32, 0);
+    for c in part.bytes() {
+        acc = (acc << 6) | val(c) as u32;
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+        }
+    }
+    serde_json::from_slice(&out).unwrap()
+}
+
+#[test]
+fn service_account_token_is_bound_and_refreshed_at_80_percent() {
+    use std::io::Read;
+    use std::os::unix::fs::MetadataExt;
+    // The real API server refuses lifetimes under 10 minutes; the double's test-only knob lets the
+    // refresh at 80 % happen within the test.
+    const LIFE: i64 = 30;
+    let env = start("token", Policy::default(), |c| {
+        c.min_token_expiration_seconds(LIFE)
+    });
+    let vol = "kube-api-access-short";
+    let created = env.create_pod(
+        "tok",
+        json!({"nodeName": NODE, "securityContext": {"fsGroup": 2345},
+            "containers": [{"name": "app", "image": "host", "command": ["/bin/sleep", "1000"],
+                "volumeMounts": [{"name": vol, "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount", "readOnly": true}]}],
+            "volumes": [{"name": vol, "projected": {"defaultMode": 0o640, "sources": [
+                {"serviceAccountToken": {"path": "token", "audience": "vault", "expirationSeconds": LIFE}},
+                {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}}]}}]}),
+    );
+    let uid = created.metadata.uid.clone().unwrap();
+    assert!(
+        !created
+            .spec
+            .as_ref()
+            .unwrap()
+            .volumes
+            .as_ref()
+            .unwrap()
+            .iter()
+            .any(|v| v.name != vol),
+        "admission added no second token volume"
+    );
+    env.wait_phase("tok", "Running");
+    // What the container sees: the volume pod-prepare wrote, token included.
+    let in_volume = env
+        .root
+        .join(format!("host/run/podunit/pods/{uid}/volumes/{vol}/token"));
+    let first = wait_for("the token in the pod's volume", || {
+        std::fs::read_to_string(&in_volume).ok()
+    });
+    let c = jwt_claims(&first);
+    assert_eq!(c["aud"], json!(["vault"]), "the requested audience");
+    assert_eq!(
+        c["exp"].as_i64().unwrap() - c["iat"].as_i64().unwrap(),
+        LIFE,
+        "the requested expiry"
+    );
+    assert_eq!(
+        c["kubernetes.io"]["pod"]["uid"],
+        uid.as_str(),
+        "bound to the pod"
+    );
+    assert_eq!(c["kubernetes.io"]["pod"]["name"], "tok");
+    let meta = std::fs::metadata(&in_volume).unwrap();
+    assert_eq!(
+        (meta.mode() & 0o777, meta.gid()),
+        (0o640, 2345),
+        "defaultMode, fsGroup"
+    );
+    let (uid0, gid0, mode0) = (meta.uid(), meta.gid(), meta.mode() & 0o777);
+    // A reader that opened the old token keeps reading the whole old token: the file is replaced
+    // by a rename, never rewritten in place.
+    let mut old_reader = std::fs::File::open(&in_volume).unwrap();
+
+    let second = wait_for("a new token in the volume", || {
+        std::fs::read_to_string(&in_volume)
+            .ok()
+            .filter(|t| !t.is_empty() && *t != first)
+    });
+    let c2 = jwt_claims(&second);
+    let (iat1, exp1) = (c["iat"].as_i64().unwrap(), c["exp"].as_i64().unwrap());
+    let iat2 = c2["iat"].as_i64().unwrap();
+    assert!(
+        iat2 >= iat1 + LIFE * 8 / 10,
+        "refreshed at 80 % of the lifetime, not before: issued {iat1}, refreshed {iat2}"
+    );
+    assert!(
+        iat2 < exp1,
+        "refreshed before the old token expired ({iat2} vs {exp1})"
+    );
+    assert_eq!(c2["aud"], json!(["vault"]));
+    assert_eq!(c2["kubernetes.io"]["pod"]["uid"], uid.as_str());
+    let meta = std::fs::metadata(&in_volume).unwrap();
+    assert_eq!(
+        (meta.uid(), meta.gid(), meta.mode() & 0o777),
+        (uid0, gid0, mode0),
+        "owner and mode unchanged"
+    );
+    let mut was = String::new();
+    old_reader.read_to_string(&mut was).unwrap();
+    assert_eq!(was, first, "the old file was replaced whole, not rewritten");
+    // The copy pod-prepare reads at the next start is the new one too.
+    let issued = env
+        .root
+        .join(format!("host/run/podunit/tokens/{uid}/token"));
+    assert_eq!(std::fs::read_to_string(issued).unwrap(), second);
 }

@@ -833,10 +833,13 @@ impl Worker {
                 if vol.is_dir()
                     && let Some(target) = crate::paths::join_inside(&vol, &src.path)
                 {
-                    let mode = std::fs::metadata(&target)
-                        .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o777)
-                        .unwrap_or(0o644);
-                    spool::write_atomic(&target, st.token.as_bytes(), mode)?;
+                    // Same mode and owner as pod-prepare gave it (fsGroup, defaultMode).
+                    use std::os::unix::fs::MetadataExt;
+                    let (mode, owner) = match std::fs::metadata(&target) {
+                        Ok(m) => (m.mode() & 0o777, Some((m.uid(), m.gid()))),
+                        Err(_) => (0o644, None),
+                    };
+                    spool::write_atomic_as(&target, st.token.as_bytes(), mode, owner)?;
                 }
                 Ok(())
             };
