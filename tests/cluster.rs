@@ -237,6 +237,15 @@ fn client_from(kubeconfig: &Path) -> Client {
 }
 
 fn start(name: &str, policy: Policy, tweak: impl FnOnce(ServerConfig) -> ServerConfig) -> Env {
+    start_timed(name, policy, tweak, |t| t)
+}
+
+fn start_timed(
+    name: &str,
+    policy: Policy,
+    tweak: impl FnOnce(ServerConfig) -> ServerConfig,
+    timing: impl FnOnce(ClusterTiming) -> ClusterTiming,
+) -> Env {
     let root = scratch(name);
     let server =
         FakeApiServer::start(tweak(ServerConfig::new(root.join("api")).node(NODE))).unwrap();
@@ -247,13 +256,13 @@ fn start(name: &str, policy: Policy, tweak: impl FnOnce(ServerConfig) -> ServerC
     let units = FakeUnits::new(&paths);
     let cfg = AgentConfig {
         node_name: NODE.into(),
-        timing: ClusterTiming {
+        timing: timing(ClusterTiming {
             lease_renew_seconds: 1,
             node_status_report_seconds: 2,
             reload_debounce_millis: 500,
             max_backoff_seconds: 2,
             ..ClusterTiming::default()
-        },
+        }),
         policy,
         labels: Default::default(),
         paths,
@@ -834,4 +843,160 @@ fn service_account_token_is_bound_and_refreshed_at_80_percent() {
         .root
         .join(format!("host/run/podunit/tokens/{uid}/token"));
     assert_eq!(std::fs::read_to_string(issued).unwrap(), second);
+}
+
+#[test]
+fn config_map_and_secret_updates_reach_the_spool_and_running_volumes() {
+    use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    let env = start_timed(
+        "objects",
+        Policy::default(),
+        |c| c,
+        |t| ClusterTiming {
+            object_refresh_seconds: 3,
+            ..t
+        },
+    );
+    let ns = Some("default");
+    env.admin
+        .create::<_, ConfigMap>(
+            &client::path::<ConfigMap>(ns, None),
+            &json!({"metadata": {"name": "app-config"}, "data": {"greeting": "hello"}}),
+        )
+        .unwrap();
+    env.admin
+        .create::<_, Secret>(
+            &client::path::<Secret>(ns, None),
+            &json!({"metadata": {"name": "app-secret"}, "data": {"password": "b25l"}}),
+        )
+        .unwrap();
+    let created = env.create_pod(
+        "cfg",
+        json!({"nodeName": NODE, "automountServiceAccountToken": false,
+            "containers": [{"name": "app", "image": "host", "command": ["/bin/sleep", "1000"],
+                "env": [{"name": "GREETING", "valueFrom": {"configMapKeyRef": {"name": "app-config", "key": "greeting"}}}],
+                "volumeMounts": [{"name": "cfg", "mountPath": "/etc/cfg"},
+                                 {"name": "sec", "mountPath": "/etc/sec"}]}],
+            "volumes": [{"name": "cfg", "configMap": {"name": "app-config"}},
+                        {"name": "sec", "secret": {"secretName": "app-secret"}}]}),
+    );
+    let uid = created.metadata.uid.clone().unwrap();
+    env.wait_phase("cfg", "Running");
+    let vols = env
+        .root
+        .join(format!("host/run/podunit/pods/{uid}/volumes"));
+    let read = |rel: &str| std::fs::read_to_string(vols.join(rel)).ok();
+    wait_for("the volumes written at start", || {
+        (read("cfg/greeting")? == "hello" && read("sec/password")? == "one").then_some(())
+    });
+    let env_dir = env.root.join(format!("host/run/podunit/pods/{uid}/env"));
+    let env_text = || -> String {
+        std::fs::read_dir(&env_dir)
+            .unwrap()
+            .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
+            .collect()
+    };
+    assert!(env_text().contains("GREETING=\"hello\""), "{}", env_text());
+    let spool = env.spool_file("cfg");
+    let before = std::fs::read_to_string(&spool).unwrap();
+    assert!(before.contains("\"hello\"") && before.contains("\"b25l\""));
+
+    // A reader (the generator, a container) polls the files the whole time.
+    let stop = Arc::new(AtomicBool::new(false));
+    let reader = {
+        let (stop, spool, vols) = (stop.clone(), spool.clone(), vols.clone());
+        std::thread::spawn(move || {
+            let mut seen = std::collections::BTreeSet::new();
+            let mut volume_views = std::collections::BTreeSet::new();
+            while !stop.load(Ordering::SeqCst) {
+                let text = std::fs::read_to_string(&spool).unwrap();
+                let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&text)
+                    .unwrap_or_else(|e| panic!("a spool read that does not parse: {e}\n{text}"));
+                assert_eq!(docs.len(), 3, "{text}");
+                seen.insert(text);
+                // Both files of a volume come from one version (here: one key each, read via ..data).
+                if let (Ok(g), Ok(p)) = (
+                    std::fs::read_to_string(vols.join("cfg/greeting")),
+                    std::fs::read_to_string(vols.join("sec/password")),
+                ) {
+                    volume_views.insert((g, p));
+                }
+            }
+            (seen, volume_views)
+        })
+    };
+
+    // Update both right after a refresh pass read them, so one pass sees both changes.
+    let secret_reads = |env: &Env| {
+        env.server
+            .requests()
+            .iter()
+            .filter(|r| {
+                r.method == "GET"
+                    && r.user == format!("system:node:{NODE}")
+                    && r.path.ends_with("/secrets/app-secret")
+            })
+            .count()
+    };
+    let reads0 = secret_reads(&env);
+    wait_for("a refresh pass", || {
+        (secret_reads(&env) > reads0).then_some(())
+    });
+    let reloads0 = env.units.reloads.load(Ordering::SeqCst);
+    env.admin
+        .merge_patch::<ConfigMap>(
+            &client::path::<ConfigMap>(ns, Some("app-config")),
+            &json!({"data": {"greeting": "hi there"}}),
+        )
+        .unwrap();
+    env.admin
+        .merge_patch::<Secret>(
+            &client::path::<Secret>(ns, Some("app-secret")),
+            &json!({"data": {"password": "dHdv"}}),
+        )
+        .unwrap();
+    let reads1 = secret_reads(&env);
+
+    let after = wait_for("both updates in the spool", || {
+        let t = std::fs::read_to_string(&spool).ok()?;
+        (t.contains("\"hi there\"") && t.contains("\"dHdv\"")).then_some(t)
+    });
+    // The running pod's volumes follow (the kubelet updates mounted configMap and secret volumes).
+    wait_for("the running volumes updated", || {
+        (read("cfg/greeting")? == "hi there" && read("sec/password")? == "two").then_some(())
+    });
+    wait_for("the reload", || {
+        (env.units.reloads.load(Ordering::SeqCst) > reloads0).then_some(())
+    });
+    // Two more passes that find nothing new: no further write, no further reload.
+    wait_for("two more refresh passes", || {
+        (secret_reads(&env) >= reads1 + 2).then_some(())
+    });
+    stop.store(true, Ordering::SeqCst);
+    let (seen, views) = reader.join().unwrap();
+    assert_eq!(
+        env.units.reloads.load(Ordering::SeqCst),
+        reloads0 + 1,
+        "both updates make one reload"
+    );
+    assert!(
+        seen.iter().all(|t| *t == before || *t == after),
+        "only whole versions of the spool file were read ({} distinct)",
+        seen.len()
+    );
+    assert!(
+        views.iter().all(|v| matches!(
+            (v.0.as_str(), v.1.as_str()),
+            ("hello" | "hi there", "one" | "two")
+        )),
+        "{views:?}"
+    );
+    // Environment variables keep the value the container started with, as in Kubernetes.
+    assert!(env_text().contains("GREETING=\"hello\""), "{}", env_text());
+    assert!(!env_text().contains("hi there"));
+    // The files are the kubelet's layout: names point through ..data to one version directory.
+    assert_eq!(
+        std::fs::read_link(vols.join("cfg/greeting")).unwrap(),
+        Path::new("..data/greeting")
+    );
 }

@@ -518,7 +518,8 @@ impl Worker {
             }
             self.status_due = true;
         }
-        if self.api_ok() && self.last_refresh.elapsed() >= Duration::from_secs(60) {
+        let refresh = Duration::from_secs(self.cfg.timing.object_refresh_seconds.max(1));
+        if self.api_ok() && self.last_refresh.elapsed() >= refresh {
             self.last_refresh = Instant::now();
             self.refresh_all();
         }
@@ -662,22 +663,31 @@ impl Worker {
             self.reject(k, "InvalidPod", &msg);
             return;
         }
-        if let Err(e) = self.issue_tokens(k) {
-            if let Some(msg) = e {
-                self.block(k, "CreateContainerConfigError", &msg);
+        let new_tokens = match self.issue_tokens(k) {
+            Ok(n) => n,
+            Err(e) => {
+                if let Some(msg) = e {
+                    self.block(k, "CreateContainerConfigError", &msg);
+                }
+                return;
             }
-            return;
-        }
-        match self
+        };
+        let spooled = match self
             .spool
             .put(&spool::file_name(&k.0, &k.1), text.as_bytes())
         {
-            Ok(true) => self.mark_dirty(),
-            Ok(false) => {}
+            Ok(changed) => changed,
             Err(e) => {
                 log(format!("{}/{}: writing the spool: {e}", k.0, k.1));
                 return;
             }
+        };
+        if spooled {
+            self.mark_dirty();
+        }
+        if spooled || new_tokens {
+            // A running pod sees its ConfigMaps, Secrets and tokens change, as with the kubelet.
+            self.refresh_volumes(k, &text);
         }
         if let Some(rec) = self.pods.get_mut(k) {
             rec.phase = Phase::Active;
@@ -780,12 +790,14 @@ impl Worker {
         crate::paths::join_inside(&dir, path)
     }
 
-    /// Requests every token the pod's projected volumes need and writes them where pod-prepare
-    /// reads them (and into the running volume, when it exists).
-    fn issue_tokens(&mut self, k: &(String, String)) -> Result<(), Option<String>> {
+    /// Requests every token the pod's projected volumes need that is missing or due and writes
+    /// them where pod-prepare (and [`Self::refresh_volumes`]) read them. Returns whether any token
+    /// was issued.
+    fn issue_tokens(&mut self, k: &(String, String)) -> Result<bool, Option<String>> {
         let Some(rec) = self.pods.get(k) else {
-            return Ok(());
+            return Ok(false);
         };
+        let mut issued_any = false;
         let pod = rec.pod.clone();
         let uid = uid_of(&pod);
         let sa = token::service_account(&pod);
@@ -823,29 +835,12 @@ impl Worker {
                     .recursive(true)
                     .mode(0o700)
                     .create(&dir)?;
-                spool::write_atomic(&file, st.token.as_bytes(), 0o600)?;
-                // The running pod sees the volume directory: replace the file there too.
-                let vol = self.cfg.paths.host(&format!(
-                    "{}/{uid}/volumes/{}",
-                    Paths::RUNTIME,
-                    src.volume
-                ));
-                if vol.is_dir()
-                    && let Some(target) = crate::paths::join_inside(&vol, &src.path)
-                {
-                    // Same mode and owner as pod-prepare gave it (fsGroup, defaultMode).
-                    use std::os::unix::fs::MetadataExt;
-                    let (mode, owner) = match std::fs::metadata(&target) {
-                        Ok(m) => (m.mode() & 0o777, Some((m.uid(), m.gid()))),
-                        Err(_) => (0o644, None),
-                    };
-                    spool::write_atomic_as(&target, st.token.as_bytes(), mode, owner)?;
-                }
-                Ok(())
+                spool::write_atomic(&file, st.token.as_bytes(), 0o600)
             };
             if let Err(e) = write() {
                 return Err(Some(format!("writing the token: {e}")));
             }
+            issued_any = true;
             let issued = now();
             let at = token::refresh_at(issued, st.expiration_timestamp.0);
             if let Some(r) = self.pods.get_mut(k) {
@@ -853,7 +848,47 @@ impl Worker {
             }
         }
         self.api_worked();
-        Ok(())
+        Ok(issued_any)
+    }
+
+    /// Rewrites the files volumes of the pod, if it runs, from `spool_text` (its ConfigMaps and
+    /// Secrets now) and its issued tokens: [`crate::prepare::refresh_files`] with the plan the
+    /// generator wrote for it. A pod that does not run yet gets its files from pod-prepare.
+    fn refresh_volumes(&self, k: &(String, String), spool_text: &str) {
+        let Some(rec) = self.pods.get(k) else { return };
+        let unit = crate::naming::pod_service(&k.0, &k.1);
+        let plan_file = self
+            .cfg
+            .paths
+            .host(crate::plan::GENERATOR_DIR)
+            .join(crate::plan::PLAN_DIR)
+            .join(crate::plan::PodPlan::file_name(&unit));
+        let Some(plan) = std::fs::read_to_string(&plan_file)
+            .ok()
+            .and_then(|t| serde_json::from_str::<crate::plan::PodPlan>(&t).ok())
+        else {
+            return;
+        };
+        // The plan of an older pod of the same name, or a pod that is not running: nothing to do.
+        if plan.uid != uid_of(&rec.pod) || !self.cfg.paths.host(&plan.runtime_dir).is_dir() {
+            return;
+        }
+        let mut catalog = crate::manifest::Catalog::default();
+        let shown = PathBuf::from(Paths::SPOOL).join(spool::file_name(&k.0, &k.1));
+        catalog.add_text(&shown, spool_text, crate::paths::Source::Spool);
+        match crate::prepare::refresh_files(&plan, &self.cfg.paths, &catalog) {
+            Ok(changed) if !changed.is_empty() => {
+                log(format!(
+                    "{}/{}: updated volumes {}",
+                    k.0,
+                    k.1,
+                    changed.join(", ")
+                ));
+            }
+            Ok(_) => {}
+            // The kubelet keeps the previous content when an update cannot be applied.
+            Err(e) => log(format!("{}/{}: updating volumes: {e}", k.0, k.1)),
+        }
     }
 
     fn refresh_tokens(&mut self) {
@@ -864,8 +899,15 @@ impl Worker {
             .map(|(k, _)| k.clone())
             .collect();
         for k in due {
-            if let Err(Some(m)) = self.issue_tokens(&k) {
-                log(format!("{}/{}: {m}", k.0, k.1));
+            match self.issue_tokens(&k) {
+                Ok(true) => {
+                    let file = self.spool.dir.join(spool::file_name(&k.0, &k.1));
+                    if let Ok(text) = std::fs::read_to_string(file) {
+                        self.refresh_volumes(&k, &text);
+                    }
+                }
+                Ok(false) | Err(None) => {}
+                Err(Some(m)) => log(format!("{}/{}: {m}", k.0, k.1)),
             }
         }
     }

@@ -214,17 +214,6 @@ impl Spool {
 
 /// Temp file in the same directory, fsync, rename over `path`, fsync the directory.
 pub fn write_atomic(path: &Path, content: &[u8], mode: u32) -> std::io::Result<()> {
-    write_atomic_as(path, content, mode, None)
-}
-
-/// [`write_atomic`] with the file's owner set before it becomes visible (replacing a file that a
-/// container user reads must never leave it unreadable, not even for a moment).
-pub fn write_atomic_as(
-    path: &Path,
-    content: &[u8],
-    mode: u32,
-    owner: Option<(u32, u32)>,
-) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let name = path
         .file_name()
@@ -238,9 +227,6 @@ pub fn write_atomic_as(
             .truncate(true)
             .mode(mode)
             .open(&tmp)?;
-        if let Some((uid, gid)) = owner {
-            std::os::unix::fs::fchown(&f, Some(uid), Some(gid))?;
-        }
         // The mode given to open() is filtered by the umask; make it exact.
         f.set_permissions(fs::Permissions::from_mode(mode))?;
         f.write_all(content)?;
