@@ -195,6 +195,20 @@ impl Units for FakeUnits {
         std::thread::sleep(timeout.min(Duration::from_millis(50)));
         self.changed.swap(false, Ordering::SeqCst)
     }
+
+    /// As systemd would (synchronously here): this build's podunit, under the test root.
+    fn run_once(&self, name: &str, _description: &str, argv: &[String]) -> Result<(), String> {
+        assert_eq!(argv[0], Paths::PODUNIT_BIN, "{name}: {argv:?}");
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_podunit"))
+            .args(&argv[1..])
+            .env("PODUNIT_ROOT", &self.paths.as_ref().unwrap().root)
+            .output()
+            .map_err(|e| e.to_string())?;
+        if !out.status.success() {
+            eprintln!("{name}: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        Ok(())
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -999,4 +1013,87 @@ fn config_map_and_secret_updates_reach_the_spool_and_running_volumes() {
         std::fs::read_link(vols.join("cfg/greeting")).unwrap(),
         Path::new("..data/greeting")
     );
+}
+
+#[test]
+fn a_pod_whose_image_is_not_on_the_node_waits_with_err_image_never_pull() {
+    let env = start_timed(
+        "image",
+        Policy::default(),
+        |c| c,
+        |t| ClusterTiming {
+            object_refresh_seconds: 2,
+            ..t
+        },
+    );
+    let image = "registry.example/app:1.0";
+    env.create_pod(
+        "noimg",
+        json!({"nodeName": NODE, "containers": [
+            {"name": "app", "image": image, "command": ["/app"]},
+            {"name": "side", "image": "host", "command": ["/bin/sleep", "1000"]}]}),
+    );
+    let st = wait_for("the waiting reason", || {
+        let st = env.get_pod("noimg")?.status?;
+        let cs = st.container_statuses.as_ref()?;
+        let app = cs.iter().find(|c| c.name == "app")?;
+        (app.state.as_ref()?.waiting.as_ref()?.reason.as_deref() == Some("ErrImageNeverPull"))
+            .then_some(st)
+    });
+    assert_eq!(st.phase.as_deref(), Some("Pending"), "waiting, not Failed");
+    let cs = st.container_statuses.unwrap();
+    let app = cs.iter().find(|c| c.name == "app").unwrap();
+    let msg = app
+        .state
+        .as_ref()
+        .unwrap()
+        .waiting
+        .as_ref()
+        .unwrap()
+        .message
+        .clone()
+        .unwrap();
+    assert!(
+        msg.contains(&format!(
+            "Container image \"{image}\" is not present with pull policy of Never"
+        )) && msg.contains("/var/lib/podunit/images/registry.example/app/1.0"),
+        "{msg}"
+    );
+    let side = cs.iter().find(|c| c.name == "side").unwrap();
+    assert_ne!(
+        side.state
+            .as_ref()
+            .unwrap()
+            .waiting
+            .as_ref()
+            .unwrap()
+            .reason
+            .as_deref(),
+        Some("ErrImageNeverPull"),
+        "only the container whose image is missing"
+    );
+    assert!(!env.spool_file("noimg").exists(), "nothing of it runs");
+    let events: k8s_openapi::List<Event> = env
+        .admin
+        .get(&client::path::<Event>(Some("default"), None))
+        .unwrap();
+    let ev = events
+        .items
+        .iter()
+        .find(|e| {
+            e.reason.as_deref() == Some("ErrImageNeverPull")
+                && e.involved_object.name.as_deref() == Some("noimg")
+        })
+        .expect("an Event says why");
+    assert_eq!(ev.type_.as_deref(), Some("Warning"));
+    assert!(ev.message.as_deref().unwrap().contains(image));
+
+    // Put into the local store, the image is found at the next retry and the pod runs.
+    std::fs::create_dir_all(
+        env.root
+            .join("host/var/lib/podunit/images/registry.example/app/1.0/rootfs"),
+    )
+    .unwrap();
+    env.wait_phase("noimg", "Running");
+    assert!(env.spool_file("noimg").exists());
 }

@@ -116,16 +116,18 @@ fn main_status(api: &Client, name: &str) -> Option<k8s_openapi::api::core::v1::C
         .next()
 }
 
-#[test]
-fn cluster_mode_on_real_systemd() {
-    let m = Machine::boot("cluster");
+/// Boots a machine with the API server double running and podunit-sync in cluster mode; `extra`
+/// is appended to /etc/podunit/config.yaml.
+fn cluster_machine(name: &str, extra: &str) -> Machine {
+    let m = Machine::boot(name);
     let bin = std::fs::read(fake_apiserver_bin()).unwrap();
     m.write("/usr/local/bin/fake-apiserver", &bin);
     m.sh_ok("chmod 0755 /usr/local/bin/fake-apiserver");
     start_api(&m);
     m.write(
         "/etc/podunit/config.yaml",
-        format!("nodeName: {NODE}\nkubeconfig: {API_DIR}/node-{NODE}.kubeconfig\n").as_bytes(),
+        format!("nodeName: {NODE}\nkubeconfig: {API_DIR}/node-{NODE}.kubeconfig\n{extra}")
+            .as_bytes(),
     );
     if m.read("/usr/lib/systemd/system/podunit-sync.service")
         .is_none()
@@ -139,6 +141,12 @@ fn cluster_mode_on_real_systemd() {
     // It may already run in local mode (enabled at boot): restart it to read the config.
     m.sh_ok("systemctl restart podunit-sync.service");
     wait_state(&m, "podunit-sync.service", &["active"]);
+    m
+}
+
+#[test]
+fn cluster_mode_on_real_systemd() {
+    let m = cluster_machine("cluster", "");
 
     // Everything that talks to the API server runs on a thread inside the machine's network.
     std::thread::scope(|s| {
@@ -240,6 +248,197 @@ fn cluster_mode_on_real_systemd() {
                 m.read("/var/lib/podunit/spool/default_web.yaml").is_none(),
                 "spool cleaned"
             );
+        })
+        .join()
+        .unwrap_or_else(|_| panic!("{}", m.diagnostics()));
+    });
+}
+
+/// What the main process of a container unit sees at `path` (its mount namespace).
+fn inside(m: &Machine, unit: &str, path: &str) -> Option<String> {
+    let out = m.sh(&format!(
+        "nsenter -t $(systemctl show -p MainPID --value {unit}) -m cat {path}"
+    ));
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn phase(api: &Client, name: &str) -> Option<String> {
+    get_pod(api, name)?.status?.phase
+}
+
+#[test]
+fn cluster_volumes_follow_the_api_and_a_killed_spool_writer_leaves_no_partial_file() {
+    use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    let m = cluster_machine("cluster-spool", "cluster:\n  objectRefreshSeconds: 2\n");
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            join_machine_network(&m);
+            let api = admin(&m);
+            let ns = Some("default");
+
+            // A running pod's configMap and secret volumes follow the API; env and subPath do not.
+            api.create::<_, ConfigMap>(
+                &client::path::<ConfigMap>(ns, None),
+                &json!({"metadata": {"name": "app-config"}, "data": {"greeting": "hello"}}),
+            )
+            .unwrap();
+            api.create::<_, Secret>(
+                &client::path::<Secret>(ns, None),
+                &json!({"metadata": {"name": "app-secret"}, "data": {"password": "b25l"}}),
+            )
+            .unwrap();
+            let pod = json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "cfg", "namespace": "default"},
+                "spec": {"nodeName": NODE, "terminationGracePeriodSeconds": 5,
+                    "securityContext": {"runAsUser": 1234, "fsGroup": 2345},
+                    "containers": [{"name": "main", "image": "host", "command": ["/bin/sleep", "100000"],
+                        "env": [{"name": "GREETING", "valueFrom": {"configMapKeyRef": {"name": "app-config", "key": "greeting"}}}],
+                        "volumeMounts": [
+                            {"name": "cfg", "mountPath": "/etc/cfg"},
+                            {"name": "sec", "mountPath": "/etc/sec"},
+                            {"name": "cfg", "mountPath": "/etc/greeting-sub", "subPath": "greeting"}]}],
+                    "volumes": [{"name": "cfg", "configMap": {"name": "app-config"}},
+                                {"name": "sec", "secret": {"secretName": "app-secret"}}]}});
+            api.create::<_, Pod>(&client::path::<Pod>(ns, None), &pod).unwrap();
+            let unit = ctr_unit("default", "cfg", "main");
+            m.wait_for("cfg Running", SOON, || {
+                (phase(&api, "cfg")? == "Running").then_some(())
+            });
+            wait_state(&m, &unit, &["active"]);
+            assert_eq!(inside(&m, &unit, "/etc/cfg/greeting").as_deref(), Some("hello"));
+            assert_eq!(inside(&m, &unit, "/etc/sec/password").as_deref(), Some("one"));
+            assert_eq!(inside(&m, &unit, "/etc/greeting-sub").as_deref(), Some("hello"));
+            let pid = m.prop(&unit, "MainPID");
+            let stat = |p: &str| {
+                m.sh_ok(&format!("nsenter -t {pid} -m stat -L -c '%a %u %g' {p}"))
+            };
+            let cfg_stat = stat("/etc/cfg/greeting");
+            let sec_stat = stat("/etc/sec/password");
+
+            api.merge_patch::<ConfigMap>(
+                &client::path::<ConfigMap>(ns, Some("app-config")),
+                &json!({"data": {"greeting": "hi there"}}),
+            )
+            .unwrap();
+            api.merge_patch::<Secret>(
+                &client::path::<Secret>(ns, Some("app-secret")),
+                &json!({"data": {"password": "dHdv"}}),
+            )
+            .unwrap();
+            m.wait_for("the running container to see the new files", SOON, || {
+                (inside(&m, &unit, "/etc/cfg/greeting")? == "hi there"
+                    && inside(&m, &unit, "/etc/sec/password")? == "two")
+                    .then_some(())
+            });
+            assert_eq!(m.prop(&unit, "MainPID"), pid, "the container was not restarted");
+            assert_eq!(stat("/etc/cfg/greeting"), cfg_stat, "owner and mode kept");
+            assert_eq!(stat("/etc/sec/password"), sec_stat, "owner and mode kept");
+            assert_eq!(
+                inside(&m, &unit, "/etc/greeting-sub").as_deref(),
+                Some("hello"),
+                "a subPath mount keeps its version, as in Kubernetes"
+            );
+            let environ = m.sh_ok(&format!("tr '\\0' '\\n' < /proc/{pid}/environ"));
+            assert!(
+                environ.lines().any(|l| l == "GREETING=hello"),
+                "env keeps the start value: {environ}"
+            );
+
+            // A burst of large spool files; podunit-sync is SIGKILLed while one is being written.
+            let blob = "x".repeat(512 * 1024);
+            api.create::<_, ConfigMap>(
+                &client::path::<ConfigMap>(ns, None),
+                &json!({"metadata": {"name": "big"}, "data": {"blob": blob}}),
+            )
+            .unwrap();
+            // Inside the machine: SIGKILL podunit-sync while a spool temp file exists, once a
+            // third of the burst is written, then (before its restart cleans up) snapshot the
+            // spool and let the generator read it.
+            m.write(
+                "/usr/local/bin/kill-mid-write",
+                br#"#!/bin/sh
+while :; do
+  for f in /var/lib/podunit/spool/.tmp-*; do
+    if [ -e "$f" ] && [ "$(ls /var/lib/podunit/spool | grep -c '^default_b')" -ge 10 ]; then
+      systemctl kill -s KILL podunit-sync.service
+      rm -rf /run/snap && cp -a /var/lib/podunit/spool /run/snap
+      systemctl daemon-reload
+      grep -rh '^SourcePath=' /run/systemd/generator > /run/snap-sources || true
+      echo "$f" > /run/killed-at
+      exit 0
+    fi
+  done
+done
+"#,
+            );
+            m.sh_ok("chmod 0755 /usr/local/bin/kill-mid-write");
+            m.sh_ok("systemd-run --unit=kill-mid-write --collect /usr/local/bin/kill-mid-write");
+            let n = 30;
+            for i in 0..n {
+                let pod = json!({"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": format!("b{i}"), "namespace": "default"},
+                    "spec": {"nodeName": NODE, "automountServiceAccountToken": false,
+                        "containers": [{"name": "main", "image": "host", "command": ["/bin/sleep", "100000"],
+                            "volumeMounts": [{"name": "big", "mountPath": "/big"}]}],
+                        "volumes": [{"name": "big", "configMap": {"name": "big"}}]}});
+                api.create::<_, Pod>(&client::path::<Pod>(ns, None), &pod).unwrap();
+            }
+            let killed_at = m.wait_for("podunit-sync killed mid-write", SOON, || {
+                m.read_string("/run/killed-at")
+            });
+            eprintln!("SIGKILL while {} existed", killed_at.trim());
+            // What the generator read right after the kill: whole files only, never a temp file.
+            let sources = m.read_string("/run/snap-sources").unwrap_or_default();
+            assert!(
+                !sources.contains("/.tmp-"),
+                "the generator read a temp file:\n{sources}"
+            );
+            let files = m.sh_ok("ls -A /run/snap");
+            let mut whole = 0;
+            for f in files.lines().filter(|f| !f.starts_with('.')) {
+                let text = m.read_string(&format!("/run/snap/{f}")).unwrap();
+                let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&text)
+                    .unwrap_or_else(|e| panic!("{f} does not parse after the kill: {e}"));
+                assert_eq!(docs[0]["kind"], "Pod", "{f}");
+                if f.starts_with("default_b") {
+                    assert_eq!(docs.len(), 2, "{f}: the pod and its ConfigMap");
+                    assert_eq!(
+                        docs[1]["data"]["blob"].as_str().map(str::len),
+                        Some(blob.len()),
+                        "{f} is whole"
+                    );
+                    whole += 1;
+                }
+            }
+            assert!(whole >= 10, "killed mid-burst: {whole} files written");
+            eprintln!("{whole} whole spool files of the burst at the kill");
+            let generated = sources
+                .lines()
+                .filter(|l| l.contains("/var/lib/podunit/spool/"))
+                .count();
+            assert!(generated > 0, "the generator read the spool after the kill");
+
+            // Restarted by systemd, it converges: every pod runs, no temp file is left.
+            wait_state(&m, "podunit-sync.service", &["active"]);
+            for i in 0..n {
+                m.wait_for(&format!("b{i} Running"), SOON, || {
+                    (phase(&api, &format!("b{i}"))? == "Running").then_some(())
+                });
+                wait_state(&m, &ctr_unit("default", &format!("b{i}"), "main"), &["active"]);
+            }
+            let left = m.sh_ok("ls -A /var/lib/podunit/spool");
+            assert!(
+                left.lines().all(|f| !f.starts_with('.')),
+                "temp files left after the restart: {left}"
+            );
+            assert_eq!(
+                left.lines().filter(|f| f.starts_with("default_b")).count(),
+                n,
+                "{left}"
+            );
+            m.sh_ok("podunit check /var/lib/podunit/spool");
         })
         .join()
         .unwrap_or_else(|_| panic!("{}", m.diagnostics()));

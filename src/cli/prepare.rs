@@ -42,6 +42,41 @@ pub fn prepare(args: Args) -> ExitCode {
     }
 }
 
+/// `pod-refresh PLAN`: a running pod's configMap, secret and projected volumes brought up to date
+/// (podunit-sync runs it in the service manager's context: its own sandbox may not chown).
+pub fn refresh(args: Args) -> ExitCode {
+    let paths = Paths::from_env();
+    let plan = match load(&args, &paths) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("podunit pod-refresh: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let catalog = Catalog::load(&paths);
+    match prepare::refresh_files(&plan, &paths, &catalog) {
+        Ok(changed) => {
+            if !changed.is_empty() {
+                eprintln!(
+                    "podunit pod-refresh: pod {}/{}: updated volumes {}",
+                    plan.namespace,
+                    plan.name,
+                    changed.join(", ")
+                );
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            // The previous files stay, as the kubelet keeps them when an update fails.
+            eprintln!(
+                "podunit pod-refresh: pod {}/{}: {e}",
+                plan.namespace, plan.name
+            );
+            ExitCode::FAILURE
+        }
+    }
+}
+
 pub fn cleanup(args: Args) -> ExitCode {
     let paths = Paths::from_env();
     let plan = match load(&args, &paths) {

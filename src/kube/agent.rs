@@ -36,6 +36,10 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// The kubelet's waiting reason (and Event reason) for an image that is not on the node when it
+/// may not pull: podunit never pulls, so every image behaves as `imagePullPolicy: Never`.
+pub const IMAGE_NEVER_PULL: &str = "ErrImageNeverPull";
+
 /// What the agent needs besides the API client and systemd.
 #[derive(Debug, Clone)]
 pub struct AgentConfig {
@@ -355,8 +359,13 @@ enum Phase {
     Active,
     /// Not run: policy, validation or image; the reason and message were posted.
     Rejected { reason: String, message: String },
-    /// Waiting for something it needs (a ConfigMap, Secret or token); retried.
-    Blocked { reason: String, message: String },
+    /// Waiting for something it needs (a ConfigMap, Secret, token or image); retried. `only`: the
+    /// containers the reason is about (empty: all of them).
+    Blocked {
+        reason: String,
+        message: String,
+        only: Vec<String>,
+    },
     /// deletionTimestamp seen: units stopping; DELETE once they are down or the grace ran out.
     Terminating { deadline: Instant, killed: bool },
 }
@@ -398,6 +407,8 @@ pub struct Worker {
     last_refresh: Instant,
     last_mirror_scan: Option<Instant>,
     status_due: bool,
+    /// Volume refreshes started (names their transient units).
+    refresh_runs: u64,
     /// How many daemon-reloads were asked for (tests and benchmarks read it).
     pub reloads: u64,
 }
@@ -444,6 +455,7 @@ impl Worker {
             last_refresh: Instant::now(),
             last_mirror_scan: None,
             status_due: true,
+            refresh_runs: 0,
             reloads: 0,
         })
     }
@@ -658,6 +670,16 @@ impl Worker {
             // The API server is unreachable: leave whatever the spool has.
             Err(None) => return,
         };
+        // Checked before a pod is first spooled: an image removed from the store later does not
+        // touch a pod that already runs, as the kubelet leaves running containers alone.
+        let in_spool = self.spool.dir.join(spool::file_name(&k.0, &k.1)).exists();
+        if !in_spool && let Some((containers, message)) = self.missing_images(&pod) {
+            // podunit never pulls: an image not on this host is the kubelet's imagePullPolicy
+            // Never case. The pod waits (retried: the image may be put into the store) instead
+            // of failing as invalid.
+            self.block_containers(k, IMAGE_NEVER_PULL, &message, IMAGE_NEVER_PULL, containers);
+            return;
+        }
         let text = spool::render(&pod, &cms, &secrets);
         if let Err(msg) = self.validate(k, &text) {
             self.reject(k, "InvalidPod", &msg);
@@ -687,12 +709,47 @@ impl Worker {
         }
         if spooled || new_tokens {
             // A running pod sees its ConfigMaps, Secrets and tokens change, as with the kubelet.
-            self.refresh_volumes(k, &text);
+            self.refresh_volumes(k);
         }
         if let Some(rec) = self.pods.get_mut(k) {
             rec.phase = Phase::Active;
         }
         self.status_due = true;
+    }
+
+    /// The containers whose image is neither the host, a root directory or image file, nor in the
+    /// local image store, and the message for them (the kubelet's, plus where podunit looks).
+    fn missing_images(&self, pod: &Pod) -> Option<(Vec<String>, String)> {
+        use crate::translate::image;
+        let images = crate::generate::FsImages {
+            paths: self.cfg.paths.clone(),
+            host_aliases: self.cfg.policy.host_images.clone(),
+        };
+        let spec = pod.spec.as_ref()?;
+        let mut names = Vec::new();
+        let mut messages = Vec::new();
+        for c in spec
+            .init_containers
+            .iter()
+            .flatten()
+            .chain(spec.containers.iter())
+        {
+            let Some(reference) = c.image.as_deref().filter(|i| !i.is_empty()) else {
+                continue;
+            };
+            // An image reference that is not valid is the generator's to report (InvalidPod).
+            if !reference.starts_with('/') && image::store_path(reference).is_none() {
+                continue;
+            }
+            if let Err(why) = image::resolve(reference, &images) {
+                names.push(c.name.clone());
+                messages.push(format!(
+                    "Container image {reference:?} is not present with pull policy of Never \
+                     (podunit never pulls: {why})"
+                ));
+            }
+        }
+        (!names.is_empty()).then(|| (names, messages.join("; ")))
     }
 
     /// The generator's own checks, run on exactly what it will read.
@@ -851,19 +908,20 @@ impl Worker {
         Ok(issued_any)
     }
 
-    /// Rewrites the files volumes of the pod, if it runs, from `spool_text` (its ConfigMaps and
-    /// Secrets now) and its issued tokens: [`crate::prepare::refresh_files`] with the plan the
-    /// generator wrote for it. A pod that does not run yet gets its files from pod-prepare.
-    fn refresh_volumes(&self, k: &(String, String), spool_text: &str) {
+    /// Has the files volumes of the pod, if it runs, rewritten from the spool (its ConfigMaps and
+    /// Secrets now) and its issued tokens: `podunit pod-refresh` with the plan the generator wrote
+    /// for it, run as a transient unit (the files belong to the pod's users, which podunit-sync's
+    /// own sandbox may not chown to). A pod that does not run yet gets its files from pod-prepare.
+    fn refresh_volumes(&mut self, k: &(String, String)) {
         let Some(rec) = self.pods.get(k) else { return };
         let unit = crate::naming::pod_service(&k.0, &k.1);
-        let plan_file = self
-            .cfg
-            .paths
-            .host(crate::plan::GENERATOR_DIR)
-            .join(crate::plan::PLAN_DIR)
-            .join(crate::plan::PodPlan::file_name(&unit));
-        let Some(plan) = std::fs::read_to_string(&plan_file)
+        let plan_path = format!(
+            "{}/{}/{}",
+            crate::plan::GENERATOR_DIR,
+            crate::plan::PLAN_DIR,
+            crate::plan::PodPlan::file_name(&unit)
+        );
+        let Some(plan) = std::fs::read_to_string(self.cfg.paths.host(&plan_path))
             .ok()
             .and_then(|t| serde_json::from_str::<crate::plan::PodPlan>(&t).ok())
         else {
@@ -873,21 +931,22 @@ impl Worker {
         if plan.uid != uid_of(&rec.pod) || !self.cfg.paths.host(&plan.runtime_dir).is_dir() {
             return;
         }
-        let mut catalog = crate::manifest::Catalog::default();
-        let shown = PathBuf::from(Paths::SPOOL).join(spool::file_name(&k.0, &k.1));
-        catalog.add_text(&shown, spool_text, crate::paths::Source::Spool);
-        match crate::prepare::refresh_files(&plan, &self.cfg.paths, &catalog) {
-            Ok(changed) if !changed.is_empty() => {
-                log(format!(
-                    "{}/{}: updated volumes {}",
-                    k.0,
-                    k.1,
-                    changed.join(", ")
-                ));
-            }
-            Ok(_) => {}
-            // The kubelet keeps the previous content when an update cannot be applied.
-            Err(e) => log(format!("{}/{}: updating volumes: {e}", k.0, k.1)),
+        self.refresh_runs += 1;
+        // A new name each time: a refresh still running never blocks the next one (the volume's
+        // lock orders them, and each writes what is current when it runs).
+        let name = format!(
+            "{}-refresh-{}.service",
+            unit.trim_end_matches(".service"),
+            self.refresh_runs
+        );
+        let argv = [Paths::PODUNIT_BIN, "pod-refresh", &plan_path].map(String::from);
+        match self.units.run_once(
+            &name,
+            &format!("Update the volumes of pod {}/{}", k.0, k.1),
+            &argv,
+        ) {
+            Ok(()) => log(format!("{}/{}: updating its volumes ({name})", k.0, k.1)),
+            Err(e) => log(format!("{}/{}: updating its volumes: {e}", k.0, k.1)),
         }
     }
 
@@ -900,12 +959,7 @@ impl Worker {
             .collect();
         for k in due {
             match self.issue_tokens(&k) {
-                Ok(true) => {
-                    let file = self.spool.dir.join(spool::file_name(&k.0, &k.1));
-                    if let Ok(text) = std::fs::read_to_string(file) {
-                        self.refresh_volumes(&k, &text);
-                    }
-                }
+                Ok(true) => self.refresh_volumes(&k),
                 Ok(false) | Err(None) => {}
                 Err(Some(m)) => log(format!("{}/{}: {m}", k.0, k.1)),
             }
@@ -964,19 +1018,34 @@ impl Worker {
     }
 
     fn block(&mut self, k: &(String, String), reason: &str, message: &str) {
+        // The kubelet's Event for a container it cannot create has reason `Failed`.
+        self.block_containers(k, reason, message, "Failed", Vec::new());
+    }
+
+    /// The pod waits with `reason` on the containers in `only` (all when empty); one Warning Event
+    /// with `event_reason` each time the reason or message changes.
+    fn block_containers(
+        &mut self,
+        k: &(String, String),
+        reason: &str,
+        message: &str,
+        event_reason: &str,
+        only: Vec<String>,
+    ) {
         let Some(rec) = self.pods.get_mut(k) else {
             return;
         };
         let new = Phase::Blocked {
             reason: reason.into(),
             message: message.into(),
+            only,
         };
         let changed = rec.phase != new;
         rec.phase = new;
         if changed {
             let pod = rec.pod.clone();
             log(format!("{}/{}: {reason}: {message}", k.0, k.1));
-            self.event(&pod, "Warning", "Failed", message);
+            self.event(&pod, "Warning", event_reason, message);
             self.status_due = true;
         }
     }
@@ -1219,12 +1288,18 @@ impl Worker {
                     rec.posted.as_ref(),
                     now(),
                 ),
-                Phase::Blocked { reason, message } => {
+                Phase::Blocked {
+                    reason,
+                    message,
+                    only,
+                } => {
+                    let about = |name: &str| only.is_empty() || only.iter().any(|o| o == name);
                     let mut obs = observe::observe(&rec.pod, &HashMap::new());
                     for c in obs
                         .containers
                         .iter_mut()
                         .chain(obs.init_containers.iter_mut())
+                        .filter(|c| about(&c.name))
                     {
                         c.state = podstatus::State::Waiting {
                             reason: reason.clone(),
@@ -1232,7 +1307,13 @@ impl Worker {
                     }
                     let mut st =
                         podstatus::build(&rec.pod, &obs, &addrs, rec.posted.as_ref(), now());
-                    for cs in st.container_statuses.iter_mut().flatten() {
+                    for cs in st
+                        .container_statuses
+                        .iter_mut()
+                        .flatten()
+                        .chain(st.init_container_statuses.iter_mut().flatten())
+                        .filter(|cs| about(&cs.name))
+                    {
                         if let Some(w) = cs.state.as_mut().and_then(|s| s.waiting.as_mut()) {
                             w.message = Some(message.clone());
                         }
