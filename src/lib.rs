@@ -17,6 +17,7 @@ pub mod cli;
 
 #[cfg(feature = "cli")]
 pub mod atomicdir;
+pub mod containerstate;
 pub mod diag;
 pub mod escape;
 pub mod generate;
