@@ -13,20 +13,28 @@ pub struct Args {
     pub plan: PathBuf,
 }
 
-fn load(args: &Args, paths: &Paths) -> Result<PodPlan, String> {
+fn read_plan(args: &Args, paths: &Paths) -> Result<PodPlan, String> {
     let path = paths.host(&args.plan.to_string_lossy());
     let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
     serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
 }
 
-pub fn prepare(args: Args) -> ExitCode {
+/// The plan and the paths, or the failure `command` reports.
+fn load(args: &Args, command: &str) -> Result<(PodPlan, Paths), ExitCode> {
     let paths = Paths::from_env();
-    let plan = match load(&args, &paths) {
-        Ok(p) => p,
+    match read_plan(args, &paths) {
+        Ok(p) => Ok((p, paths)),
         Err(e) => {
-            eprintln!("podunit pod-prepare: {e}");
-            return ExitCode::FAILURE;
+            eprintln!("podunit {command}: {e}");
+            Err(ExitCode::FAILURE)
         }
+    }
+}
+
+pub fn prepare(args: Args) -> ExitCode {
+    let (plan, paths) = match load(&args, "pod-prepare") {
+        Ok(x) => x,
+        Err(code) => return code,
     };
     // ConfigMaps and Secrets are read now, so a pod starts with their current content.
     let catalog = Catalog::load(&paths);
@@ -45,13 +53,9 @@ pub fn prepare(args: Args) -> ExitCode {
 /// `pod-refresh PLAN`: a running pod's configMap, secret and projected volumes brought up to date
 /// (podunit-sync runs it in the service manager's context: its own sandbox may not chown).
 pub fn refresh(args: Args) -> ExitCode {
-    let paths = Paths::from_env();
-    let plan = match load(&args, &paths) {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("podunit pod-refresh: {e}");
-            return ExitCode::FAILURE;
-        }
+    let (plan, paths) = match load(&args, "pod-refresh") {
+        Ok(x) => x,
+        Err(code) => return code,
     };
     let catalog = Catalog::load(&paths);
     match prepare::refresh_files(&plan, &paths, &catalog) {
@@ -78,13 +82,9 @@ pub fn refresh(args: Args) -> ExitCode {
 }
 
 pub fn cleanup(args: Args) -> ExitCode {
-    let paths = Paths::from_env();
-    let plan = match load(&args, &paths) {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("podunit pod-cleanup: {e}");
-            return ExitCode::FAILURE;
-        }
+    let (plan, paths) = match load(&args, "pod-cleanup") {
+        Ok(x) => x,
+        Err(code) => return code,
     };
     match prepare::cleanup(&plan, &paths) {
         Ok(()) => ExitCode::SUCCESS,
