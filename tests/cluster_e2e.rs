@@ -48,17 +48,15 @@ fn start_api(m: &Machine) {
     });
 }
 
-/// The host pid of a process of the machine whose command line contains `needle`.
-fn host_pid_of(needle: &str) -> Option<u32> {
+/// The host pid of a process whose network namespace is `netns` (`net:[<inode>]`).
+fn host_pid_in(netns: &str) -> Option<u32> {
     for e in std::fs::read_dir("/proc").ok()? {
         let e = e.ok()?;
         let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
             continue;
         };
-        if let Ok(c) = std::fs::read(format!("/proc/{pid}/cmdline"))
-            && String::from_utf8_lossy(&c)
-                .replace('\0', " ")
-                .contains(needle)
+        if std::fs::read_link(format!("/proc/{pid}/ns/net"))
+            .is_ok_and(|l| l.to_string_lossy() == netns)
         {
             return Some(pid);
         }
@@ -66,11 +64,11 @@ fn host_pid_of(needle: &str) -> Option<u32> {
     None
 }
 
-/// Moves this thread into the network namespace of the machine's API server process.
+/// Moves this thread into the machine's network namespace (found by its identity, so machines
+/// booted by tests running in parallel are never confused).
 fn join_machine_network(m: &Machine) {
-    let needle = format!("--node {NODE} --state-file {API_DIR}/state.json");
-    let _ = m;
-    let pid = host_pid_of(&needle).expect("the API server process");
+    let netns = m.sh_ok("readlink /proc/self/ns/net").trim().to_string();
+    let pid = host_pid_in(&netns).expect("a process in the machine's network namespace");
     let ns = std::fs::File::open(format!("/proc/{pid}/ns/net")).unwrap();
     nix::sched::setns(ns, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
 }
@@ -210,7 +208,11 @@ fn cluster_mode_on_real_systemd() {
         );
 
         // The API server is killed mid-watch; meanwhile the web container is killed and restarted.
-        m.sh_ok("systemctl kill -s KILL fake-apiserver.service");
+        // The main process only (the API server is a single process either way): on this
+        // harness's cgroup v1 hosts, systemd's cgroup-wide kill was seen failing with EIO ("Failed
+        // to send signal SIGKILL to auxiliary processes") while another test's machine ran a unit
+        // of the same name.
+        m.sh_ok("systemctl kill -s KILL --kill-whom=main fake-apiserver.service");
         m.wait_for("the API server to be gone", SOON, || {
             (!m.exec(&["bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/6443"])
                 .status
@@ -384,7 +386,7 @@ fn cluster_volumes_follow_the_api_and_a_killed_spool_writer_leaves_no_partial_fi
 while :; do
   for f in /var/lib/podunit/spool/.tmp-*; do
     if [ -e "$f" ] && [ "$(ls /var/lib/podunit/spool | grep -c '^default_b')" -ge 10 ]; then
-      systemctl kill -s KILL podunit-sync.service
+      systemctl kill -s KILL --kill-whom=main podunit-sync.service
       rm -rf /run/snap && cp -a /var/lib/podunit/spool /run/snap
       systemctl daemon-reload
       grep -rh '^SourcePath=' /run/systemd/generator > /run/snap-sources || true
@@ -396,6 +398,7 @@ done
 "#,
         );
         m.sh_ok("chmod 0755 /usr/local/bin/kill-mid-write");
+        let restarts_before = m.prop("podunit-sync.service", "NRestarts");
         m.sh_ok("systemd-run --unit=kill-mid-write --collect /usr/local/bin/kill-mid-write");
         let n = 30;
         for i in 0..n {
@@ -412,6 +415,9 @@ done
             m.read_string("/run/killed-at")
         });
         eprintln!("SIGKILL while {} existed", killed_at.trim());
+        m.wait_for("podunit-sync restarted after the SIGKILL", SOON, || {
+            (m.prop("podunit-sync.service", "NRestarts") != restarts_before).then_some(())
+        });
         // What the generator read right after the kill: whole files only, never a temp file.
         let sources = m.read_string("/run/snap-sources").unwrap_or_default();
         assert!(
