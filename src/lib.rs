@@ -25,6 +25,7 @@ pub mod generated;
 #[cfg(feature = "cli")]
 pub mod localsync;
 pub mod manifest;
+pub mod parallel;
 pub mod plan;
 #[cfg(feature = "cli")]
 pub mod prepare;

@@ -76,7 +76,8 @@ impl UnitFile {
 
     /// The unit file's text.
     pub fn render(&self) -> Result<String, RenderError> {
-        let mut out = String::new();
+        // Room for a typical unit: one allocation instead of a dozen reallocations.
+        let mut out = String::with_capacity(2048);
         for h in &self.header {
             // Header lines are podunit's own text, but a file path may hold a newline: never let it
             // end the comment.
@@ -92,36 +93,34 @@ impl UnitFile {
             out.push_str(s.name);
             out.push_str("]\n");
             for (key, value) in &s.entries {
+                let fail = |error| RenderError {
+                    unit: self.name.clone(),
+                    key,
+                    error,
+                };
                 // Assignments go one to a line: a line must stay under systemd's 1 MiB limit
                 // however many there are.
-                let single;
-                let parts: Vec<&Value> = match value {
-                    Value::Env(pairs) if pairs.len() > 1 => {
-                        single = pairs
-                            .iter()
-                            .map(|p| Value::Env(vec![p.clone()]))
-                            .collect::<Vec<_>>();
-                        single.iter().collect()
+                match value {
+                    Value::Env(pairs) if !pairs.is_empty() => {
+                        for (k, v) in pairs {
+                            let text = escape::environment_assignment(k, v).map_err(fail)?;
+                            push_line(&mut out, key, &text);
+                        }
                     }
-                    Value::LogFields(pairs) if pairs.len() > 1 => {
-                        single = pairs
-                            .iter()
-                            .map(|p| Value::LogFields(vec![p.clone()]))
-                            .collect::<Vec<_>>();
-                        single.iter().collect()
+                    Value::LogFields(pairs) if !pairs.is_empty() => {
+                        for (k, v) in pairs {
+                            let text = escape::log_extra_field(k, v).map_err(fail)?;
+                            push_line(&mut out, key, &text);
+                        }
                     }
-                    v => vec![v],
-                };
-                for part in parts {
-                    let text = render_value(part).map_err(|error| RenderError {
-                        unit: self.name.clone(),
-                        key,
-                        error,
-                    })?;
-                    out.push_str(key);
-                    out.push('=');
-                    out.push_str(&text);
-                    out.push('\n');
+                    Value::Trusted(text) => {
+                        debug_assert!(
+                            !text.contains(['\n', '\r']),
+                            "trusted value with a line break: {text:?}"
+                        );
+                        push_line(&mut out, key, text);
+                    }
+                    v => push_line(&mut out, key, &render_value(v).map_err(fail)?),
                 }
             }
         }
@@ -138,6 +137,13 @@ impl Section {
     pub fn trusted(&mut self, key: &'static str, value: impl Into<String>) -> &mut Self {
         self.add(key, Value::Trusted(value.into()))
     }
+}
+
+fn push_line(out: &mut String, key: &str, value: &str) {
+    out.push_str(key);
+    out.push('=');
+    out.push_str(value);
+    out.push('\n');
 }
 
 fn render_value(v: &Value) -> Result<String, EscapeError> {

@@ -27,6 +27,8 @@ pub struct PodContext<'a> {
 
 pub struct Built {
     pub unit: UnitFile,
+    /// `unit` rendered: translation renders each unit once, and the writer writes this text.
+    pub text: String,
     pub env_file: Option<EnvFilePlan>,
     pub warnings: Vec<Fault>,
 }
@@ -367,14 +369,15 @@ fn one(
         return Err(faults);
     }
     // Check that every untrusted value encodes now, so a bad one is a located fault, not a failed write.
-    if let Err(e) = u.render() {
-        return Err(vec![Fault::new(
+    let text = u.render().map_err(|e| {
+        vec![Fault::new(
             path.to_string(),
             format!("{}= cannot be written safely: {}", e.key, e.error),
-        )]);
-    }
+        )]
+    })?;
     Ok(Built {
         unit: u,
+        text,
         env_file: cenv.file,
         warnings,
     })

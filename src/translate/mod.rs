@@ -60,7 +60,7 @@ impl Default for NodeFacts {
 /// A file in the generated tree: a unit, a symlink, or a plan.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Output {
-    Unit(UnitFile),
+    Unit(Rendered),
     /// `link` (relative to the output dir) -> `target`.
     Symlink {
         link: String,
@@ -71,6 +71,35 @@ pub enum Output {
         path: String,
         content: String,
     },
+}
+
+/// A unit and its text. Translation renders every unit once, which also proves that every
+/// untrusted value in it encodes; writers write `text`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rendered {
+    pub unit: UnitFile,
+    pub text: String,
+}
+
+impl Rendered {
+    /// Renders `unit`; a value that cannot be written safely is a fault at `path`.
+    fn new(unit: UnitFile, path: &str) -> Result<Rendered, Fault> {
+        match unit.render() {
+            Ok(text) => Ok(Rendered { unit, text }),
+            Err(e) => Err(Fault::new(
+                path,
+                format!("{}= cannot be written safely: {}", e.key, e.error),
+            )),
+        }
+    }
+}
+
+impl std::ops::Deref for Rendered {
+    type Target = UnitFile;
+
+    fn deref(&self) -> &UnitFile {
+        &self.unit
+    }
 }
 
 /// Everything one pod becomes.
@@ -185,7 +214,9 @@ pub fn translate(
     if let Err(f) = resources::apply(sl, spec.resources.as_ref(), "spec.resources") {
         return Err(vec![fault(f)]);
     }
-    outputs.push(Output::Unit(s));
+    outputs.push(Output::Unit(
+        Rendered::new(s, "spec.resources").map_err(|f| vec![fault(f)])?,
+    ));
 
     // The pod unit: prepares the pod's files when it starts, removes runtime files when it stops.
     let mut p = UnitFile::new(pod_unit.clone());
@@ -196,6 +227,11 @@ pub fn translate(
     u.add("SourcePath", Value::Path(source.clone()));
     u.trusted("After", "network.target");
     u.trusted("PartOf", naming::TARGET);
+    // Starting the pod starts its containers. A `Wants=` line does what a `.wants/` link does,
+    // without a directory and a symlink per container in a tree systemd reads at every reload.
+    for c in &containers {
+        u.trusted("Wants", c.unit.name.clone());
+    }
     u.add("X-PodunitPod", Value::Plain(format!("{ns}/{name}")));
     u.add("X-PodunitUid", Value::Plain(uid.to_string()));
     let svc = p.section("Service");
@@ -223,7 +259,9 @@ pub fn translate(
         "LogExtraFields",
         Value::LogFields(container::log_fields(ns, name, uid, None)),
     );
-    outputs.push(Output::Unit(p));
+    outputs.push(Output::Unit(
+        Rendered::new(p, "metadata").map_err(|f| vec![fault(f)])?,
+    ));
     outputs.push(Output::Symlink {
         link: format!("{}.wants/{pod_unit}", naming::TARGET),
         target: format!("../{pod_unit}"),
@@ -231,11 +269,10 @@ pub fn translate(
 
     let mut warnings = Vec::new();
     for c in containers {
-        outputs.push(Output::Symlink {
-            link: format!("{pod_unit}.wants/{}", c.unit.name),
-            target: format!("../{}", c.unit.name),
-        });
-        outputs.push(Output::Unit(c.unit));
+        outputs.push(Output::Unit(Rendered {
+            unit: c.unit,
+            text: c.text,
+        }));
         warnings.extend(c.warnings.into_iter().map(|f: Fault| {
             Problem::warning(&entry.file, f.message)
                 .pod(entry.key())
