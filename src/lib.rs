@@ -15,6 +15,9 @@ pub mod kube;
 #[cfg(feature = "cli")]
 pub mod cli;
 
+#[cfg(feature = "cli")]
+pub mod atomicdir;
+pub mod containerstate;
 pub mod diag;
 pub mod escape;
 pub mod generate;
