@@ -271,12 +271,7 @@ pub fn node_setup_with_policy(
     }
     node.private_network = config.network == crate::config::Network::Private;
     node.restart_steps = config.restart_backoff_steps;
-    if let Some(bin) = std::env::current_exe()
-        .ok()
-        .and_then(|exe| installed_podunit_bin(&paths.root, &exe))
-    {
-        node.podunit_bin = bin;
-    }
+    node.podunit_bin = podunit_bin(paths);
     let images = FsImages {
         paths: paths.clone(),
         host_aliases: config
@@ -294,8 +289,18 @@ pub fn node_setup_with_policy(
     (node, images, problem, policy)
 }
 
+/// The `podunit` units should run: this installation's (see [`installed_podunit_bin`]), else
+/// `/usr/bin/podunit`.
+pub fn podunit_bin(paths: &crate::paths::Paths) -> String {
+    std::env::current_exe()
+        .ok()
+        .and_then(|exe| installed_podunit_bin(&paths.root, &exe))
+        .unwrap_or_else(|| crate::paths::Paths::PODUNIT_BIN.to_string())
+}
+
 /// Where `podunit` is, judged from where this program runs: `<prefix>/bin/podunit` when it is
-/// `<prefix>/lib/systemd/system-generators/podunit-generator` or `<prefix>/bin/podunit` (so a
+/// `<prefix>/lib/systemd/system-generators/podunit-generator`, `<prefix>/bin/podunit` or
+/// `<prefix>/bin/podunit-sync` (so a
 /// `make install PREFIX=/usr/local` gets units that call `/usr/local/bin/podunit`). `exe` is taken
 /// relative to the test root `root`. None anywhere else (a build tree, a `/lib` generator of a
 /// system without merged /usr): the caller keeps `/usr/bin/podunit`.
@@ -304,7 +309,8 @@ pub fn installed_podunit_bin(root: &Path, exe: &Path) -> Option<String> {
     let s = rel.to_str()?;
     let prefix = s
         .strip_suffix("/lib/systemd/system-generators/podunit-generator")
-        .or_else(|| s.strip_suffix("/bin/podunit"))?;
+        .or_else(|| s.strip_suffix("/bin/podunit"))
+        .or_else(|| s.strip_suffix("/bin/podunit-sync"))?;
     // The value lands in ExecStart= (escaped, but still): only a plain absolute path counts.
     let plain = prefix
         .bytes()
@@ -330,6 +336,10 @@ mod tests {
         );
         assert_eq!(
             bin("/", &gen_in("/usr/local")).as_deref(),
+            Some("/usr/local/bin/podunit")
+        );
+        assert_eq!(
+            bin("/", "/usr/local/bin/podunit-sync").as_deref(),
             Some("/usr/local/bin/podunit")
         );
         assert_eq!(

@@ -934,12 +934,17 @@ impl Worker {
         self.refresh_runs += 1;
         // A new name each time: a refresh still running never blocks the next one (the volume's
         // lock orders them, and each writes what is current when it runs).
-        let name = format!(
+        let mut name = format!(
             "{}-refresh-{}.service",
             unit.trim_end_matches(".service"),
             self.refresh_runs
         );
-        let argv = [Paths::PODUNIT_BIN, "pod-refresh", &plan_path].map(String::from);
+        if name.len() > crate::naming::UNIT_NAME_MAX {
+            // A pod unit name near the limit: the UID names the pod as well, in 36 characters.
+            name = format!("podunit-refresh-{}-{}.service", plan.uid, self.refresh_runs);
+        }
+        let bin = crate::generate::podunit_bin(&self.cfg.paths);
+        let argv = [bin.as_str(), "pod-refresh", &plan_path].map(String::from);
         match self.units.run_once(
             &name,
             &format!("Update the volumes of pod {}/{}", k.0, k.1),
