@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use support::nspawn::Machine;
 use support::pods::{
-    Probe, SOON, ctr_unit, known_units, pod_slice, pod_unit, start_pods, wait_state, yaml_str,
+    Probe, SOON, ctr_unit, failed_podunit_units, known_units, pod_slice, pod_unit, start_pods,
+    wait_state, yaml_str,
 };
 
 const NS: &str = "default";
@@ -36,17 +37,6 @@ spec:
       value: "{then}"
 {extra_env}"#
     )
-}
-
-fn failed_podunit_units(m: &Machine) -> String {
-    let out = m.systemctl(&[
-        "list-units",
-        "--failed",
-        "--no-legend",
-        "--plain",
-        "podunit*",
-    ]);
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
 // ---------------------------------------------------------------------------------------------
