@@ -34,6 +34,8 @@ pub mod reconcile;
 pub mod statefile;
 pub mod status;
 #[cfg(feature = "cli")]
+pub mod subpath;
+#[cfg(feature = "cli")]
 pub mod systemd;
 pub mod timefmt;
 pub mod translate;

@@ -14,12 +14,18 @@ pub enum Value {
     Path(String),
     /// A command line (`Exec*=`).
     Exec(Vec<Arg>),
+    /// A command line run with the manager's privileges (`+`), outside the unit's user and
+    /// sandbox: podunit's own helpers, with arguments from the manifest.
+    PrivilegedExec(Vec<Arg>),
     /// `Environment=` assignments.
     Env(Vec<(String, String)>),
     /// `LogExtraFields=` assignments.
     LogFields(Vec<(String, String)>),
     /// One `BindPaths=`/`BindReadOnlyPaths=` entry: (source, destination).
     Bind(String, String),
+    /// A bind entry whose source may not exist yet when systemd sets up the mount namespace
+    /// (`-` prefix): a subPath, which the unit's own `ExecStartPre=` creates.
+    OptionalBind(String, String),
 }
 
 /// A `[Section]` with its keys in order (order matters for Exec*= and lists).
@@ -158,6 +164,7 @@ fn render_value(v: &Value) -> Result<String, EscapeError> {
         Value::Plain(s) => escape::plain(s)?,
         Value::Path(p) => escape::path(p)?,
         Value::Exec(argv) => escape::exec_line(argv)?,
+        Value::PrivilegedExec(argv) => format!("+{}", escape::exec_line(argv)?),
         Value::Env(pairs) => pairs
             .iter()
             .map(|(k, v)| escape::environment_assignment(k, v))
@@ -169,5 +176,6 @@ fn render_value(v: &Value) -> Result<String, EscapeError> {
             .collect::<Result<Vec<_>, _>>()?
             .join(" "),
         Value::Bind(src, dst) => escape::bind_path(src, dst)?,
+        Value::OptionalBind(src, dst) => format!("-{}", escape::bind_path(src, dst)?),
     })
 }

@@ -42,6 +42,10 @@ pub enum Command {
     /// (run by podunit-sync as a transient unit).
     #[command(hide = true)]
     PodRefresh(prepare::Args),
+    /// Check a container's subPath inside its volume, creating it when missing (run by the
+    /// container's unit before it starts).
+    #[command(hide = true)]
+    Subpath(prepare::SubpathArgs),
     /// Remove a pod's runtime files (run by the pod's unit).
     #[command(hide = true)]
     PodCleanup(prepare::Args),
@@ -68,6 +72,7 @@ pub fn main() -> ExitCode {
         Command::PodPrepare(a) => prepare::prepare(a),
         Command::PodRefresh(a) => prepare::refresh(a),
         Command::PodCleanup(a) => prepare::cleanup(a),
+        Command::Subpath(a) => prepare::subpath(a),
         Command::Status(a) => status::run(a),
         Command::Logs(a) => logs::run(a),
         Command::Completions(a) => completions::run(a),

@@ -97,3 +97,25 @@ pub fn cleanup(args: Args) -> ExitCode {
         }
     }
 }
+
+#[derive(clap::Args, Debug)]
+pub struct SubpathArgs {
+    /// The volume's directory on the host.
+    pub volume: PathBuf,
+    /// The mount's subPath, relative to the volume.
+    pub sub_path: String,
+}
+
+/// `subpath VOLUME SUBPATH`: fails the container's start when the subPath leads through a
+/// symlink (see [`crate::subpath`]).
+pub fn subpath(args: SubpathArgs) -> ExitCode {
+    let paths = Paths::from_env();
+    let volume = paths.host(&args.volume.to_string_lossy());
+    match crate::subpath::ensure(&volume, &args.sub_path) {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("podunit subpath: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
