@@ -223,10 +223,12 @@ fn typed<T: DeserializeOwned>(
     };
     // Tracking the path of every value costs as much as the rest of the deserialization: it is
     // done again, only for a document that failed, to say where.
-    let result = result.map_err(|first| match serde_path_to_error::deserialize::<_, T>(&doc) {
-        Err(e) => (e.path().to_string(), e.into_inner().to_string()),
-        Ok(_) => (".".to_string(), first.to_string()),
-    });
+    let result = result.map_err(
+        |first| match serde_path_to_error::deserialize::<_, T>(&doc) {
+            Err(e) => (e.path().to_string(), e.into_inner().to_string()),
+            Ok(_) => (".".to_string(), first.to_string()),
+        },
+    );
     for path in ignored {
         let p = if root.as_str().is_empty() {
             path
