@@ -61,6 +61,47 @@ pub fn generate_with_policy(
     g
 }
 
+/// What [`generate_into`] did: every problem (as [`Generated::problems`]) and the pods whose
+/// units could not be written, with why.
+#[derive(Debug, Default)]
+pub struct Written {
+    pub problems: Vec<Problem>,
+    pub failed: Vec<(String, io::Error)>,
+}
+
+/// The generator's path: [`generate_with_policy`] and [`write_tree`] in one pass, each pod written
+/// as soon as it is translated, so no pod's units outlive their writing (with thousands of pods,
+/// holding every pod's units until the end doubled the generator's memory). Same tree, same
+/// problems, same order.
+pub fn generate_into(
+    dir: &Path,
+    catalog: &Catalog,
+    node: &NodeFacts,
+    images: &dyn ImageResolver,
+    policy: Option<&LocalPolicy>,
+) -> Written {
+    let mut w = Written {
+        problems: catalog.problems.clone(),
+        failed: Vec::new(),
+    };
+    let results = crate::parallel::map(&catalog.pods, |entry| {
+        let (problems, units) = generate_pod(entry, node, images, policy);
+        let failed = units.and_then(|pod| {
+            write_pod(dir, &pod)
+                .err()
+                .map(|e| (format!("{}/{}", pod.plan.namespace, pod.plan.name), e))
+        });
+        (problems, failed)
+    });
+    for (problems, failed) in results {
+        w.problems.extend(problems);
+        w.failed.extend(failed);
+    }
+    w.problems
+        .sort_by(|a, b| (&a.file, &a.pod).cmp(&(&b.file, &b.pod)));
+    w
+}
+
 /// One pod: its problems, and its units unless one of those problems is an error.
 fn generate_pod(
     entry: &crate::manifest::PodEntry,

@@ -3,7 +3,7 @@
 //! Called as `podunit-generator NORMAL_DIR [EARLY_DIR LATE_DIR]`; writes only into NORMAL_DIR.
 //! Reads files and writes units: no network, no D-Bus, no waiting on anything.
 
-use podunit::generate::{generate_with_policy, node_setup_with_policy, write_tree};
+use podunit::generate::{generate_into, node_setup_with_policy};
 use podunit::manifest::Catalog;
 use podunit::paths::Paths;
 use std::io::Write;
@@ -25,12 +25,11 @@ fn main() -> ExitCode {
     if let Some(p) = config_problem {
         report(&p, false);
     }
-    let generated = generate_with_policy(&catalog, &node, &images, policy.as_ref());
-    for p in &generated.problems {
+    let written = generate_into(&normal, &catalog, &node, &images, policy.as_ref());
+    for p in &written.problems {
         report(&p.to_string(), p.is_error());
     }
-    let failed = write_tree(&normal, &generated);
-    for (pod, e) in &failed {
+    for (pod, e) in &written.failed {
         report(
             &format!(
                 "pod {pod}: cannot write its units to {}: {e}",
@@ -39,7 +38,7 @@ fn main() -> ExitCode {
             true,
         );
     }
-    if generated.has_errors() || !failed.is_empty() {
+    if written.problems.iter().any(|p| p.is_error()) || !written.failed.is_empty() {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS

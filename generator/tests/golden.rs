@@ -199,3 +199,46 @@ fn every_golden_unit_passes_systemd_analyze_verify() {
     }
     assert!(verified > 30, "only {verified} units verified");
 }
+
+/// `podunit render --output-dir` (generate, then write_tree) and the generator (generate_into,
+/// which writes each pod as it goes) must give the same tree and the same problems: DESIGN.md
+/// promises that what render shows is what boot gets.
+#[test]
+fn render_and_the_generator_write_the_same_tree() {
+    use podunit::generate::{
+        generate_into, generate_with_policy, node_setup_with_policy, write_tree,
+    };
+    use podunit::manifest::Catalog;
+    use podunit::paths::Paths;
+    for case in cases() {
+        let tmp = tempdir(&format!(
+            "same-{}",
+            case.file_name().unwrap().to_string_lossy()
+        ));
+        let root = tmp.join("root");
+        verify::copy_tree(&case.join("root"), &root);
+        verify::copy_tree(&case.join("pods.d"), &root.join("etc/pods.d"));
+        verify::copy_tree(&case.join("spool"), &root.join("var/lib/podunit/spool"));
+        let paths = Paths::with_root(&root);
+        let catalog = Catalog::load(&paths);
+        let (node, images, _, policy) = node_setup_with_policy(&paths);
+
+        let rendered = tmp.join("rendered");
+        let g = generate_with_policy(&catalog, &node, &images, policy.as_ref());
+        assert!(write_tree(&rendered, &g).is_empty());
+        let streamed = tmp.join("streamed");
+        let w = generate_into(&streamed, &catalog, &node, &images, policy.as_ref());
+        assert!(w.failed.is_empty());
+
+        assert_eq!(
+            read_tree(&rendered),
+            read_tree(&streamed),
+            "{}",
+            case.display()
+        );
+        let text =
+            |ps: &[podunit::diag::Problem]| ps.iter().map(|p| p.to_string()).collect::<Vec<_>>();
+        assert_eq!(text(&g.problems), text(&w.problems), "{}", case.display());
+        let _ = std::fs::remove_dir_all(&tmp);
+    }
+}
