@@ -272,6 +272,23 @@ fn spool_times(m: &Machine) -> Vec<i64> {
         .collect()
 }
 
+/// CPU ticks (utime + stime) of each thread of process `pid`, by "tid comm".
+fn thread_ticks(m: &Machine, pid: &str) -> BTreeMap<String, u64> {
+    m.sh_ok(&format!("cat /proc/{pid}/task/*/stat"))
+        .lines()
+        .filter_map(|stat| {
+            let open = stat.find('(')?;
+            let close = stat.rfind(')')?;
+            let f: Vec<&str> = stat[close + 2..].split_whitespace().collect();
+            let ticks = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+            Some((
+                format!("{} {}", stat[..open].trim(), &stat[open + 1..close]),
+                ticks,
+            ))
+        })
+        .collect()
+}
+
 fn load_average() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
@@ -297,8 +314,17 @@ fn main() {
             .is_some(),
         "the packaged podunit-sync.service is installed"
     );
+    // BENCH_SYNC_ENV="K=V ..." runs podunit-sync with that environment (allocator experiments).
+    if let Ok(env) = std::env::var("BENCH_SYNC_ENV") {
+        m.write(
+            "/etc/systemd/system/podunit-sync.service.d/bench.conf",
+            format!("[Service]\nEnvironment={env}\n").as_bytes(),
+        );
+        m.daemon_reload();
+    }
     m.sh_ok("systemctl restart podunit-sync.service");
     wait_state(&m, "podunit-sync.service", &["active"]);
+    let mounts = m.sh_ok("wc -l < /proc/self/mountinfo").trim().to_string();
     let clk_tck: u64 = m.sh_ok("getconf CLK_TCK").trim().parse().unwrap();
 
     let units: Vec<(usize, String)> = (0..PODS)
@@ -329,7 +355,8 @@ fn main() {
                 .expect("list resourceVersion");
             let reloads_before = reload_times(&m).len();
             let sync_pid = m.sh_ok("systemctl show -p MainPID --value podunit-sync.service");
-            let (_, rss_empty, _) = sync_usage(&m, sync_pid.trim());
+            let (sync_ticks0, rss_empty, _) = sync_usage(&m, sync_pid.trim());
+            let pid1_ticks0 = sync_usage(&m, "1").0;
             let load_before = load_average();
 
             // The burst: every pod created back to back.
@@ -389,6 +416,8 @@ fn main() {
             };
             assert_eq!(ready, PODS);
             let load_burst = load_average();
+            let sync_burst_s = (sync_usage(&m, sync_pid.trim()).0 - sync_ticks0) as f64 / clk_tck as f64;
+            let pid1_burst_s = (sync_usage(&m, "1").0 - pid1_ticks0) as f64 / clk_tck as f64;
             let reload_at: Vec<i64> = reload_times(&m).split_off(reloads_before);
             let reloads = reload_at.len();
             let pod_units: Vec<String> = (0..PODS).map(|i| pod_unit(NS, &pod_name(i))).collect();
@@ -430,11 +459,19 @@ fn main() {
                 .map(|l| l.lines().count())
                 .unwrap_or(0);
             let load_idle_before = load_average();
+            let threads0 = thread_ticks(&m, &pid);
             let (t0_ticks, _, _) = sync_usage(&m, &pid);
             let t0 = Instant::now();
             std::thread::sleep(Duration::from_secs(idle_secs));
             let (t1_ticks, rss, hwm) = sync_usage(&m, &pid);
             let wall = t0.elapsed().as_secs_f64();
+            let threads: Vec<String> = thread_ticks(&m, &pid)
+                .into_iter()
+                .filter_map(|(t, v)| {
+                    let d = v.saturating_sub(*threads0.get(&t)?);
+                    (d > 0).then(|| format!("{t}: {} ms", d * 1000 / clk_tck))
+                })
+                .collect();
             let load_idle = load_average();
             let requests = m
                 .read_string(ACCESS_LOG)
@@ -456,6 +493,9 @@ fn main() {
             );
             println!("  burst: {PODS} creates took {burst_ms:.1} ms; {reloads} daemon-reload(s)");
             println!("  load average: before {load_before}, after the burst {load_burst}");
+            println!(
+                "  CPU time until all were Ready: podunit-sync {sync_burst_s:.2} s, systemd (PID 1) {pid1_burst_s:.2} s; {mounts} mounts in the machine"
+            );
             // Where the time goes: each step's first and last occurrence after the first create.
             let start = created[&pod_name(0)];
             let span = |what: &str, v: &[i64]| {
@@ -504,6 +544,7 @@ fn main() {
                 format!("{:.2} %", 100.0 * cpu_s / wall)
             );
             println!("{:<40} {:>10}", "API requests while idle", requests);
+            println!("  CPU by thread while idle: {}", threads.join(", "));
         })
         .join()
         .unwrap_or_else(|_| panic!("{}", m.diagnostics()));
