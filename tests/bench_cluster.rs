@@ -180,6 +180,23 @@ fn active_since(m: &Machine, units: &[String]) -> HashMap<String, i64> {
     res
 }
 
+/// `ExecMainStartTimestamp` (µs: when systemd forked the main process) of each service.
+fn forked_at(m: &Machine, units: &[String]) -> Vec<i64> {
+    let script: String = units
+        .iter()
+        .map(|u| {
+            format!(
+                "busctl get-property org.freedesktop.systemd1 {} org.freedesktop.systemd1.Service ExecMainStartTimestamp\n",
+                unit_path(u)
+            )
+        })
+        .collect();
+    m.sh_ok(&script)
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("t ")?.parse().ok())
+        .collect()
+}
+
 /// Nearest-rank percentile of sorted values.
 fn pct(sorted: &[f64], p: f64) -> f64 {
     let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
@@ -423,6 +440,7 @@ fn main() {
             let pod_units: Vec<String> = (0..PODS).map(|i| pod_unit(NS, &pod_name(i))).collect();
             let pods_up = active_since(&m, &pod_units);
             let spooled = spool_times(&m);
+            let forked = forked_at(&m, &unit_names);
 
             // Per pod: created -> all containers running, created -> Running+Ready posted.
             let writes = status_writes(&m);
@@ -509,7 +527,8 @@ fn main() {
             span("spool files written", &spooled);
             span("daemon-reload started", &reload_at);
             span("pod units active (pod-prepare done)", &pods_up.values().copied().collect::<Vec<_>>());
-            span("container units active", &active.values().copied().collect::<Vec<_>>());
+            span("container processes forked", &forked);
+            span("container units active (exec done)", &active.values().copied().collect::<Vec<_>>());
             span("Running+Ready status received", &posted_at);
             println!();
             println!(

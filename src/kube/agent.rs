@@ -660,7 +660,7 @@ impl Worker {
         }
     }
 
-    fn upsert(&mut self, pod: Pod) {
+    fn upsert(&mut self, mut pod: Pod) {
         if mirror::is_mirror(&pod) {
             self.api_mirrors.insert(key_of(&pod), pod);
             self.last_mirror_scan = None;
@@ -674,11 +674,14 @@ impl Worker {
             self.forget(&k, true);
         }
         let terminating = pod.metadata.deletion_timestamp.is_some();
+        // Kept per pod for as long as it runs: the API's copy of the status is only the first
+        // `posted` (status is computed from the units), managedFields never used.
+        let api_status = pod.status.take();
+        pod.metadata.managed_fields = None;
         if let Some(rec) = self.pods.get_mut(&k) {
             let same_spec = rec.pod.spec == pod.spec
                 && rec.pod.metadata.labels == pod.metadata.labels
                 && rec.pod.metadata.annotations == pod.metadata.annotations;
-            let api_status = pod.status.clone();
             rec.pod = pod;
             if rec.posted.is_none() {
                 rec.posted = api_status;
@@ -693,7 +696,7 @@ impl Worker {
                 return;
             }
         } else {
-            let posted = pod.status.clone();
+            let posted = api_status;
             let phase_done = matches!(
                 posted.as_ref().and_then(|s| s.phase.as_deref()),
                 Some("Succeeded" | "Failed")
