@@ -253,6 +253,15 @@ fn ready_versions(api: &Client, since: &str) -> HashMap<String, String> {
     found
 }
 
+/// A `kB` field of /proc/PID/status.
+fn status_kb(m: &Machine, pid: &str, key: &str) -> u64 {
+    m.sh_ok(&format!("cat /proc/{pid}/status"))
+        .lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("{key} in /proc/{pid}/status"))
+}
+
 /// (utime + stime in clock ticks, VmRSS kB, VmHWM kB) of the machine's podunit-sync.
 fn sync_usage(m: &Machine, pid: &str) -> (u64, u64, u64) {
     let stat = m.sh_ok(&format!("cat /proc/{pid}/stat"));
@@ -482,6 +491,10 @@ fn main() {
             let t0 = Instant::now();
             std::thread::sleep(Duration::from_secs(idle_secs));
             let (t1_ticks, rss, hwm) = sync_usage(&m, &pid);
+            let (anon, file) = (
+                status_kb(&m, &pid, "RssAnon:"),
+                status_kb(&m, &pid, "RssFile:"),
+            );
             let wall = t0.elapsed().as_secs_f64();
             let threads: Vec<String> = thread_ticks(&m, &pid)
                 .into_iter()
@@ -551,6 +564,16 @@ fn main() {
                 "podunit-sync idle with {PODS} pods, {wall:.0} s (load average {load_idle_before} -> {load_idle}):"
             );
             println!("{:<40} {:>10}", "VmRSS", format!("{:.1} MiB", rss as f64 / 1024.0));
+            println!(
+                "{:<40} {:>10}",
+                "  of which RssAnon (heap, stacks)",
+                format!("{:.1} MiB", anon as f64 / 1024.0)
+            );
+            println!(
+                "{:<40} {:>10}",
+                "  of which RssFile (the program's pages)",
+                format!("{:.1} MiB", file as f64 / 1024.0)
+            );
             println!(
                 "{:<40} {:>10}",
                 "VmRSS before the burst (no pods)",
