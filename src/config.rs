@@ -62,6 +62,8 @@ pub struct ClusterTiming {
     pub reload_debounce_millis: u64,
     /// Upper bound of the watch back-off, in seconds.
     pub max_backoff_seconds: u64,
+    /// How often the ConfigMaps and Secrets pods use are read again (kubelet: its sync period, 1 min).
+    pub object_refresh_seconds: u64,
 }
 
 impl Default for ClusterTiming {
@@ -72,6 +74,7 @@ impl Default for ClusterTiming {
             node_status_report_seconds: 60,
             reload_debounce_millis: 300,
             max_backoff_seconds: 30,
+            object_refresh_seconds: 60,
         }
     }
 }

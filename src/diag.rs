@@ -82,16 +82,25 @@ impl FieldPath {
         FieldPath(root.to_string())
     }
 
+    // Validation builds a path for every field it visits, problem or not: these append to one
+    // right-sized String rather than go through `format!`.
     pub fn field(&self, name: &str) -> Self {
         if self.0.is_empty() {
-            FieldPath(name.to_string())
-        } else {
-            FieldPath(format!("{}.{name}", self.0))
+            return FieldPath(name.to_string());
         }
+        let mut s = String::with_capacity(self.0.len() + 1 + name.len());
+        s.push_str(&self.0);
+        s.push('.');
+        s.push_str(name);
+        FieldPath(s)
     }
 
     pub fn index(&self, i: usize) -> Self {
-        FieldPath(format!("{}[{i}]", self.0))
+        use std::fmt::Write;
+        let mut s = String::with_capacity(self.0.len() + 6);
+        s.push_str(&self.0);
+        let _ = write!(s, "[{i}]");
+        FieldPath(s)
     }
 
     pub fn key(&self, k: &str) -> Self {

@@ -48,86 +48,109 @@ pub fn generate_with_policy(
         pods: Vec::new(),
         problems: catalog.problems.clone(),
     };
-    for entry in &catalog.pods {
-        if let Some(p) = policy
-            && entry.source.is_static()
-            && let Err(v) = crate::policy::check_resolved(&entry.pod, &p.policy, &|path| {
-                host_realpath(&p.paths, path)
-            })
-        {
-            g.problems
-                .push(Problem::error(&entry.file, v.to_string()).pod(entry.key()));
-            continue;
-        }
-        let found = validate::validate(entry);
-        let bad = found.iter().any(Problem::is_error);
-        g.problems.extend(found);
-        if bad {
-            continue;
-        }
-        match translate(entry, node, images) {
-            Ok(units) => {
-                g.problems.extend(units.warnings.iter().cloned());
-                g.pods.push(units);
-            }
-            Err(problems) => g.problems.extend(problems),
-        }
+    // Pods are independent: validated and translated in parallel, gathered in catalog order.
+    let results = crate::parallel::map(&catalog.pods, |entry| {
+        generate_pod(entry, node, images, policy)
+    });
+    for (problems, units) in results {
+        g.problems.extend(problems);
+        g.pods.extend(units);
     }
     g.problems
         .sort_by(|a, b| (&a.file, &a.pod).cmp(&(&b.file, &b.pod)));
     g
 }
 
+/// One pod: its problems, and its units unless one of those problems is an error.
+fn generate_pod(
+    entry: &crate::manifest::PodEntry,
+    node: &NodeFacts,
+    images: &dyn ImageResolver,
+    policy: Option<&LocalPolicy>,
+) -> (Vec<Problem>, Option<PodUnits>) {
+    if let Some(p) = policy
+        && entry.source.is_static()
+        && let Err(v) = crate::policy::check_resolved(&entry.pod, &p.policy, &|path| {
+            host_realpath(&p.paths, path)
+        })
+    {
+        return (
+            vec![Problem::error(&entry.file, v.to_string()).pod(entry.key())],
+            None,
+        );
+    }
+    let mut problems = validate::validate(entry);
+    if problems.iter().any(Problem::is_error) {
+        return (problems, None);
+    }
+    match translate(entry, node, images) {
+        Ok(units) => {
+            problems.extend(units.warnings.iter().cloned());
+            (problems, Some(units))
+        }
+        Err(found) => {
+            problems.extend(found);
+            (problems, None)
+        }
+    }
+}
+
 /// Writes the tree under `dir` (the generator's normal directory, or `render --output-dir`).
 /// Each pod is written on its own: one that cannot be written (a full disk, say) is reported and
 /// the others are still written. Returns the pods that failed, with why.
 pub fn write_tree(dir: &Path, g: &Generated) -> Vec<(String, io::Error)> {
-    let mut failed = Vec::new();
-    for pod in &g.pods {
-        if let Err(e) = write_pod(dir, pod) {
-            failed.push((format!("{}/{}", pod.plan.namespace, pod.plan.name), e));
-        }
-    }
-    failed
+    crate::parallel::map(&g.pods, |pod| {
+        write_pod(dir, pod)
+            .err()
+            .map(|e| (format!("{}/{}", pod.plan.namespace, pod.plan.name), e))
+    })
+    .into_iter()
+    .flatten()
+    .collect()
 }
 
 fn write_pod(dir: &Path, pod: &PodUnits) -> io::Result<()> {
-    // Render everything first: nothing is written for a pod that cannot be rendered whole.
-    let mut files = Vec::new();
+    // Every unit was rendered when it was translated: nothing here can fail half-way for a
+    // value that does not encode.
     for o in &pod.outputs {
         match o {
-            Output::Unit(u) => {
-                let text = u
-                    .render()
-                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
-                files.push((u.name.clone(), text));
+            Output::Unit(u) => in_dir(&dir.join(&u.name), |path| std::fs::write(path, &u.text))?,
+            Output::File { path, content } => {
+                in_dir(&dir.join(path), |p| std::fs::write(p, content))?
             }
-            Output::File { path, content } => files.push((path.clone(), content.clone())),
             Output::Symlink { .. } => {}
         }
     }
-    for (rel, text) in files {
-        let path = dir.join(rel);
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent)?;
-        }
-        std::fs::write(&path, text)?;
-    }
     for o in &pod.outputs {
         if let Output::Symlink { link, target } = o {
-            let path = dir.join(link);
-            if let Some(parent) = path.parent() {
-                std::fs::create_dir_all(parent)?;
-            }
-            match std::fs::remove_file(&path) {
-                Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => return Err(e),
-            }
-            std::os::unix::fs::symlink(target, &path)?;
+            in_dir(&dir.join(link), |path| {
+                match std::os::unix::fs::symlink(target, path) {
+                    // `render --output-dir` into a used directory: the new tree wins.
+                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                        std::fs::remove_file(path)?;
+                        std::os::unix::fs::symlink(target, path)
+                    }
+                    r => r,
+                }
+            })?;
         }
     }
     Ok(())
+}
+
+/// Runs `create` on `path`, making its directory first if that is what it lacked. The directory
+/// is made on demand rather than checked before every file: most files go where another already
+/// went, and the generator writes thousands.
+fn in_dir(path: &Path, create: impl Fn(&Path) -> io::Result<()>) -> io::Result<()> {
+    match create(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent)?;
+            }
+            create(path)
+        }
+        r => r,
+    }
 }
 
 /// The tree as text, in the order `podunit render` prints it.
@@ -137,10 +160,7 @@ pub fn render_text(g: &Generated) -> String {
         match o {
             Output::Unit(u) => {
                 out.push_str(&format!("# ==> {} <==\n", u.name));
-                out.push_str(
-                    &u.render()
-                        .unwrap_or_else(|e| format!("# cannot render: {e}\n")),
-                );
+                out.push_str(&u.text);
                 out.push('\n');
             }
             Output::Symlink { link, target } => {
@@ -251,6 +271,7 @@ pub fn node_setup_with_policy(
     }
     node.private_network = config.network == crate::config::Network::Private;
     node.restart_steps = config.restart_backoff_steps;
+    node.podunit_bin = podunit_bin(paths);
     let images = FsImages {
         paths: paths.clone(),
         host_aliases: config
@@ -268,5 +289,81 @@ pub fn node_setup_with_policy(
     (node, images, problem, policy)
 }
 
+/// The `podunit` units should run: this installation's (see [`installed_podunit_bin`]), else
+/// `/usr/bin/podunit`.
+pub fn podunit_bin(paths: &crate::paths::Paths) -> String {
+    std::env::current_exe()
+        .ok()
+        .and_then(|exe| installed_podunit_bin(&paths.root, &exe))
+        .unwrap_or_else(|| crate::paths::Paths::PODUNIT_BIN.to_string())
+}
+
+/// Where `podunit` is, judged from where this program runs: `<prefix>/bin/podunit` when it is
+/// `<prefix>/lib/systemd/system-generators/podunit-generator`, `<prefix>/bin/podunit` or
+/// `<prefix>/bin/podunit-sync` (so a
+/// `make install PREFIX=/usr/local` gets units that call `/usr/local/bin/podunit`). `exe` is taken
+/// relative to the test root `root`. None anywhere else (a build tree, a `/lib` generator of a
+/// system without merged /usr): the caller keeps `/usr/bin/podunit`.
+pub fn installed_podunit_bin(root: &Path, exe: &Path) -> Option<String> {
+    let rel = Path::new("/").join(exe.strip_prefix(root).ok()?);
+    let s = rel.to_str()?;
+    let prefix = s
+        .strip_suffix("/lib/systemd/system-generators/podunit-generator")
+        .or_else(|| s.strip_suffix("/bin/podunit"))
+        .or_else(|| s.strip_suffix("/bin/podunit-sync"))?;
+    // The value lands in ExecStart= (escaped, but still): only a plain absolute path counts.
+    let plain = prefix
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"/._-+".contains(&b));
+    (prefix.starts_with('/') && plain && !prefix.contains("/.."))
+        .then(|| format!("{prefix}/bin/podunit"))
+}
+
 /// The unit every pod hangs off (shipped by the package, referenced here for symlinks).
 pub const TARGET: &str = naming::TARGET;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn podunit_bin_follows_the_install_prefix() {
+        let bin = |root: &str, exe: &str| installed_podunit_bin(Path::new(root), Path::new(exe));
+        let gen_in = |p: &str| format!("{p}/lib/systemd/system-generators/podunit-generator");
+        assert_eq!(
+            bin("/", &gen_in("/usr")).as_deref(),
+            Some("/usr/bin/podunit")
+        );
+        assert_eq!(
+            bin("/", &gen_in("/usr/local")).as_deref(),
+            Some("/usr/local/bin/podunit")
+        );
+        assert_eq!(
+            bin("/", "/usr/local/bin/podunit-sync").as_deref(),
+            Some("/usr/local/bin/podunit")
+        );
+        assert_eq!(
+            bin("/", "/opt/podunit/bin/podunit").as_deref(),
+            Some("/opt/podunit/bin/podunit")
+        );
+        // Under a test root, the path inside it counts.
+        assert_eq!(
+            bin("/tmp/r", &gen_in("/tmp/r/usr/local")).as_deref(),
+            Some("/usr/local/bin/podunit")
+        );
+        // A build tree, a generator in /lib (no merged /usr), a program outside the test root,
+        // a prefix with odd characters: none.
+        for (root, exe) in [
+            ("/", "/src/podunit/target/release/podunit-generator"),
+            ("/", "/src/podunit/target/debug/podunit"),
+            ("/", "/lib/systemd/system-generators/podunit-generator"),
+            (
+                "/tmp/r",
+                "/usr/lib/systemd/system-generators/podunit-generator",
+            ),
+            ("/", "/opt/we ird/bin/podunit"),
+        ] {
+            assert_eq!(bin(root, exe), None, "{exe} under {root}");
+        }
+    }
+}

@@ -15,6 +15,9 @@ pub mod kube;
 #[cfg(feature = "cli")]
 pub mod cli;
 
+#[cfg(feature = "cli")]
+pub mod atomicdir;
+pub mod containerstate;
 pub mod diag;
 pub mod escape;
 pub mod generate;
@@ -22,6 +25,7 @@ pub mod generated;
 #[cfg(feature = "cli")]
 pub mod localsync;
 pub mod manifest;
+pub mod parallel;
 pub mod plan;
 #[cfg(feature = "cli")]
 pub mod prepare;
@@ -29,6 +33,8 @@ pub mod quantity;
 pub mod reconcile;
 pub mod statefile;
 pub mod status;
+#[cfg(feature = "cli")]
+pub mod subpath;
 #[cfg(feature = "cli")]
 pub mod systemd;
 pub mod timefmt;

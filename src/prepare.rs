@@ -259,23 +259,66 @@ fn prepare_volume(
             mkdir(&dir, 0o777)
         }
         VolumeKind::HostPath { host_type } => check_host_path(&dir, &v.path, host_type),
-        VolumeKind::Files {
-            sources,
-            uid,
-            gid,
-            mode,
-        } => {
-            // Written into a fresh directory, then swapped in: containers never see half a volume.
-            let fresh = dir.with_file_name(format!(".{}.new", v.name));
-            let _ = fs::remove_dir_all(&fresh);
-            mkdir(&fresh, 0o755)?;
-            std::os::unix::fs::chown(&fresh, Some(*uid), Some(*gid)).map_err(io_err(&fresh))?;
-            for s in sources {
-                write_source(plan, paths, catalog, &fresh, s, *uid, *gid, *mode)?;
-            }
-            let _ = fs::remove_dir_all(&dir);
-            fs::rename(&fresh, &dir).map_err(io_err(&dir))
+        VolumeKind::Files { .. } => write_files(plan, paths, catalog, v).map(|_| ()),
+    }
+}
+
+/// Writes a files volume (configMap, secret, downwardAPI, projected) as the kubelet's AtomicWriter
+/// does: every file of the new version appears at once (see [`crate::atomicdir`]). Returns whether
+/// anything changed.
+fn write_files(
+    plan: &PodPlan,
+    paths: &Paths,
+    catalog: &Catalog,
+    v: &VolumePlan,
+) -> Result<bool, PrepareError> {
+    let VolumeKind::Files {
+        sources,
+        uid,
+        gid,
+        mode,
+    } = &v.kind
+    else {
+        return Ok(false);
+    };
+    let dir = paths.host(&v.path);
+    let mut payload = crate::atomicdir::Payload::new();
+    for s in sources {
+        collect_source(plan, paths, catalog, &mut payload, s, *mode)?;
+    }
+    crate::atomicdir::write(&dir, &payload, (*uid, *gid)).map_err(io_err(&dir))
+}
+
+/// Brings the files volumes of a running pod up to date with `catalog` (its ConfigMaps and Secrets
+/// now) and the issued service account tokens, as the kubelet does for mounted volumes of running
+/// pods. Only volumes pod-prepare already wrote are touched: a pod that is not running gets its
+/// files at its next start. Environment variables are never changed (they were fixed at start),
+/// and files bound one by one (`subPath`) keep the version they were bound to, as in Kubernetes.
+/// A volume whose object or key is now missing keeps its previous content and is reported.
+/// Returns the names of the volumes that changed.
+pub fn refresh_files(
+    plan: &PodPlan,
+    paths: &Paths,
+    catalog: &Catalog,
+) -> Result<Vec<String>, PrepareError> {
+    check_dirs(plan)?;
+    let mut changed = Vec::new();
+    let mut first_error = None;
+    for v in &plan.volumes {
+        if !matches!(v.kind, VolumeKind::Files { .. }) || !paths.host(&v.path).is_dir() {
+            continue;
         }
+        match write_files(plan, paths, catalog, v) {
+            Ok(true) => changed.push(v.name.clone()),
+            Ok(false) => {}
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    match first_error {
+        Some(e) => Err(e),
+        None => Ok(changed),
     }
 }
 
@@ -347,22 +390,31 @@ fn check_host_path(path: &Path, shown: &str, t: &str) -> Result<(), PrepareError
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn write_source(
+/// Adds the files of one source to `payload` (later sources win on the same path, as in a
+/// projected volume).
+fn collect_source(
     plan: &PodPlan,
     paths: &Paths,
     catalog: &Catalog,
-    dir: &Path,
+    payload: &mut crate::atomicdir::Payload,
     s: &FileSource,
-    uid: u32,
-    gid: u32,
     mode: u32,
 ) -> Result<(), PrepareError> {
-    let put = |rel: &str, data: &[u8], m: Option<u32>| -> Result<(), PrepareError> {
-        let path = crate::paths::join_inside(dir, rel).ok_or_else(|| PrepareError::Escapes {
-            path: rel.to_string(),
-        })?;
-        write_file(&path, data, uid, gid, m.unwrap_or(mode))
+    let mut put = |rel: &str, data: &[u8], m: Option<u32>| -> Result<(), PrepareError> {
+        let rel = rel.trim_start_matches("./");
+        if !crate::atomicdir::valid_path(rel) {
+            return Err(PrepareError::Escapes {
+                path: rel.to_string(),
+            });
+        }
+        payload.insert(
+            rel.to_string(),
+            crate::atomicdir::File {
+                data: data.to_vec(),
+                mode: m.unwrap_or(mode),
+            },
+        );
+        Ok(())
     };
     match s {
         FileSource::Object {

@@ -5,41 +5,13 @@
 use crate::generated::{ContainerKind, GeneratedContainer, GeneratedPod, PodKey};
 use crate::naming::{self, Parsed};
 use crate::paths::Source;
-use crate::unitstate::{ExitKind, ListedUnit, UnitState};
-use serde::{Serialize, Serializer};
+use crate::unitstate::{ListedUnit, UnitState};
+use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 
-fn ser_time<S: Serializer>(us: &u64, s: S) -> Result<S::Ok, S::Error> {
-    if *us == 0 {
-        s.serialize_none()
-    } else {
-        s.serialize_str(&crate::timefmt::rfc3339(*us))
-    }
-}
-
-/// Kubernetes `ContainerState`: exactly one of running, waiting, terminated.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub enum ContainerState {
-    #[serde(rename_all = "camelCase")]
-    Waiting { reason: String },
-    #[serde(rename_all = "camelCase")]
-    Running {
-        #[serde(serialize_with = "ser_time")]
-        started_at: u64,
-    },
-    #[serde(rename_all = "camelCase")]
-    Terminated {
-        exit_code: i32,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        signal: Option<i32>,
-        reason: String,
-        #[serde(serialize_with = "ser_time")]
-        started_at: u64,
-        #[serde(serialize_with = "ser_time")]
-        finished_at: u64,
-    },
-}
+/// Kubernetes `ContainerState` (see [`crate::containerstate`], which derives it from the unit).
+pub use crate::containerstate::State as ContainerState;
+use crate::containerstate::ser_time;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -121,29 +93,17 @@ pub struct PodStatus {
     pub pod_unit_state: String,
 }
 
-fn running(u: &UnitState) -> bool {
-    u.active_state == "active" && u.sub_state != "exited"
-        || u.active_state == "reloading"
-        || u.active_state == "deactivating"
-}
-
-fn terminated(u: &UnitState) -> ContainerState {
-    let code = u.exec_main_code.exit_code(u.exec_main_status).unwrap_or(0);
-    let signal = matches!(u.exec_main_code, ExitKind::Killed | ExitKind::Dumped)
-        .then_some(u.exec_main_status);
-    let reason = if u.result == "oom-kill" {
-        "OOMKilled"
-    } else if code == 0 {
-        "Completed"
-    } else {
-        "Error"
-    };
-    ContainerState::Terminated {
-        exit_code: code,
-        signal,
-        reason: reason.into(),
-        started_at: u.exec_main_start_us,
-        finished_at: u.exec_main_exit_us,
+/// The unit facts container state depends on.
+fn facts(u: &UnitState) -> crate::containerstate::UnitFacts<'_> {
+    crate::containerstate::UnitFacts {
+        active_state: &u.active_state,
+        sub_state: &u.sub_state,
+        result: &u.result,
+        exit: u.exec_main_code,
+        exit_status: u.exec_main_status,
+        start_us: u.exec_main_start_us,
+        exit_us: u.exec_main_exit_us,
+        main_pid: u.main_pid,
     }
 }
 
@@ -153,58 +113,15 @@ pub fn container_status(
     u: &UnitState,
     blocked_reason: &str,
 ) -> ContainerStatus {
-    let ran = u.exec_main_code != ExitKind::None || u.exec_main_start_us != 0;
-    let (state, last_state) = match (u.active_state.as_str(), u.sub_state.as_str()) {
-        // Between two runs: systemd waits RestartSec=, kubelet calls it CrashLoopBackOff.
-        ("activating", "auto-restart") | (_, "auto-restart") => (
-            ContainerState::Waiting {
-                reason: "CrashLoopBackOff".into(),
-            },
-            Some(terminated(u)),
-        ),
-        // A oneshot (init container) that finished: RemainAfterExit keeps it active/exited.
-        ("active", "exited") => (terminated(u), None),
-        ("activating", _) if c.kind == ContainerKind::Init && u.main_pid != 0 => (
-            ContainerState::Running {
-                started_at: u.exec_main_start_us,
-            },
-            None,
-        ),
-        ("activating", _) => (
-            ContainerState::Waiting {
-                reason: "ContainerCreating".into(),
-            },
-            None,
-        ),
-        _ if running(u) => (
-            ContainerState::Running {
-                started_at: u.exec_main_start_us,
-            },
-            None,
-        ),
-        ("inactive" | "failed", _) if ran => (terminated(u), None),
-        _ => (
-            ContainerState::Waiting {
-                reason: blocked_reason.into(),
-            },
-            None,
-        ),
-    };
-    let ready = match &state {
-        ContainerState::Running { .. } => u.active_state == "active",
-        ContainerState::Terminated { exit_code, .. } => {
-            c.kind == ContainerKind::Init && *exit_code == 0
-        }
-        ContainerState::Waiting { .. } => false,
-    };
+    let d = crate::containerstate::derive(&facts(u), c.kind, blocked_reason);
     ContainerStatus {
         name: c.name.clone(),
         unit: c.unit.clone(),
         kind: c.kind,
-        started: matches!(state, ContainerState::Running { .. }),
-        state,
-        last_state,
-        ready,
+        state: d.state,
+        last_state: d.last_state,
+        ready: d.ready,
+        started: d.started,
         restart_count: u.n_restarts,
         active_state: u.active_state.clone(),
         sub_state: u.sub_state.clone(),
@@ -436,6 +353,7 @@ pub fn source_of(source_path: &str, paths: &crate::paths::Paths) -> Option<Sourc
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::unitstate::ExitKind;
 
     const T0: u64 = 1_700_000_000_000_000;
 

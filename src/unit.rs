@@ -14,12 +14,18 @@ pub enum Value {
     Path(String),
     /// A command line (`Exec*=`).
     Exec(Vec<Arg>),
+    /// A command line run with the manager's privileges (`+`), outside the unit's user and
+    /// sandbox: podunit's own helpers, with arguments from the manifest.
+    PrivilegedExec(Vec<Arg>),
     /// `Environment=` assignments.
     Env(Vec<(String, String)>),
     /// `LogExtraFields=` assignments.
     LogFields(Vec<(String, String)>),
     /// One `BindPaths=`/`BindReadOnlyPaths=` entry: (source, destination).
     Bind(String, String),
+    /// A bind entry whose source may not exist yet when systemd sets up the mount namespace
+    /// (`-` prefix): a subPath, which the unit's own `ExecStartPre=` creates.
+    OptionalBind(String, String),
 }
 
 /// A `[Section]` with its keys in order (order matters for Exec*= and lists).
@@ -76,7 +82,8 @@ impl UnitFile {
 
     /// The unit file's text.
     pub fn render(&self) -> Result<String, RenderError> {
-        let mut out = String::new();
+        // Room for a typical unit: one allocation instead of a dozen reallocations.
+        let mut out = String::with_capacity(2048);
         for h in &self.header {
             // Header lines are podunit's own text, but a file path may hold a newline: never let it
             // end the comment.
@@ -92,36 +99,34 @@ impl UnitFile {
             out.push_str(s.name);
             out.push_str("]\n");
             for (key, value) in &s.entries {
+                let fail = |error| RenderError {
+                    unit: self.name.clone(),
+                    key,
+                    error,
+                };
                 // Assignments go one to a line: a line must stay under systemd's 1 MiB limit
                 // however many there are.
-                let single;
-                let parts: Vec<&Value> = match value {
-                    Value::Env(pairs) if pairs.len() > 1 => {
-                        single = pairs
-                            .iter()
-                            .map(|p| Value::Env(vec![p.clone()]))
-                            .collect::<Vec<_>>();
-                        single.iter().collect()
+                match value {
+                    Value::Env(pairs) if !pairs.is_empty() => {
+                        for (k, v) in pairs {
+                            let text = escape::environment_assignment(k, v).map_err(fail)?;
+                            push_line(&mut out, key, &text);
+                        }
                     }
-                    Value::LogFields(pairs) if pairs.len() > 1 => {
-                        single = pairs
-                            .iter()
-                            .map(|p| Value::LogFields(vec![p.clone()]))
-                            .collect::<Vec<_>>();
-                        single.iter().collect()
+                    Value::LogFields(pairs) if !pairs.is_empty() => {
+                        for (k, v) in pairs {
+                            let text = escape::log_extra_field(k, v).map_err(fail)?;
+                            push_line(&mut out, key, &text);
+                        }
                     }
-                    v => vec![v],
-                };
-                for part in parts {
-                    let text = render_value(part).map_err(|error| RenderError {
-                        unit: self.name.clone(),
-                        key,
-                        error,
-                    })?;
-                    out.push_str(key);
-                    out.push('=');
-                    out.push_str(&text);
-                    out.push('\n');
+                    Value::Trusted(text) => {
+                        debug_assert!(
+                            !text.contains(['\n', '\r']),
+                            "trusted value with a line break: {text:?}"
+                        );
+                        push_line(&mut out, key, text);
+                    }
+                    v => push_line(&mut out, key, &render_value(v).map_err(fail)?),
                 }
             }
         }
@@ -140,6 +145,13 @@ impl Section {
     }
 }
 
+fn push_line(out: &mut String, key: &str, value: &str) {
+    out.push_str(key);
+    out.push('=');
+    out.push_str(value);
+    out.push('\n');
+}
+
 fn render_value(v: &Value) -> Result<String, EscapeError> {
     Ok(match v {
         Value::Trusted(s) => {
@@ -152,6 +164,7 @@ fn render_value(v: &Value) -> Result<String, EscapeError> {
         Value::Plain(s) => escape::plain(s)?,
         Value::Path(p) => escape::path(p)?,
         Value::Exec(argv) => escape::exec_line(argv)?,
+        Value::PrivilegedExec(argv) => format!("+{}", escape::exec_line(argv)?),
         Value::Env(pairs) => pairs
             .iter()
             .map(|(k, v)| escape::environment_assignment(k, v))
@@ -163,5 +176,6 @@ fn render_value(v: &Value) -> Result<String, EscapeError> {
             .collect::<Result<Vec<_>, _>>()?
             .join(" "),
         Value::Bind(src, dst) => escape::bind_path(src, dst)?,
+        Value::OptionalBind(src, dst) => format!("-{}", escape::bind_path(src, dst)?),
     })
 }

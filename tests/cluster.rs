@@ -25,11 +25,14 @@ use std::time::{Duration, Instant};
 const NODE: &str = "n1";
 
 // ---------------------------------------------------------------------------------------------
-// A simulated systemd: units come up when their pod's spool file appears at a reload.
+// A simulated systemd: units come up when their pod's spool file appears at a reload. A reload
+// runs the real generator (its tree, with the pods' plans, goes where systemd's would) and a pod
+// that starts runs the real pod-prepare, so volumes look as on a host.
 
 #[derive(Default)]
 struct FakeUnits {
     spool: PathBuf,
+    paths: Option<Paths>,
     state: Mutex<HashMap<String, UnitProps>>,
     reloads: AtomicU64,
     changed: AtomicBool,
@@ -57,11 +60,33 @@ fn running(start: u64) -> UnitProps {
 }
 
 impl FakeUnits {
-    fn new(spool: PathBuf) -> Arc<FakeUnits> {
+    fn new(paths: &Paths) -> Arc<FakeUnits> {
         Arc::new(FakeUnits {
-            spool,
+            spool: paths.spool(),
+            paths: Some(paths.clone()),
             ..Default::default()
         })
+    }
+
+    /// What the generator and pod-prepare do at a reload: the tree is rewritten; pods in `starting`
+    /// (pod unit -> uid) get their volumes prepared.
+    fn generate_and_prepare(&self, starting: &HashMap<String, String>) {
+        let paths = self.paths.as_ref().unwrap();
+        let catalog = podunit::manifest::Catalog::load(paths);
+        let (facts, images, _) = podunit::generate::node_setup(paths);
+        let g = podunit::generate::generate(&catalog, &facts, &images);
+        let tree = paths.host(podunit::plan::GENERATOR_DIR);
+        let _ = std::fs::remove_dir_all(&tree);
+        std::fs::create_dir_all(&tree).unwrap();
+        assert!(podunit::generate::write_tree(&tree, &g).is_empty());
+        for pod in &g.pods {
+            let unit = podunit::naming::pod_service(&pod.plan.namespace, &pod.plan.name);
+            if starting.get(&unit) == Some(&pod.plan.uid)
+                && let Err(e) = podunit::prepare::prepare(&pod.plan, paths, &catalog, "127.0.0.1")
+            {
+                eprintln!("pod-prepare {unit}: {e}");
+            }
+        }
     }
 
     /// Test hook: change a unit as systemd would, and signal it.
@@ -100,6 +125,7 @@ impl FakeUnits {
 impl Units for FakeUnits {
     fn reload(&self) -> Result<(), String> {
         self.reloads.fetch_add(1, Ordering::SeqCst);
+        let mut starting = HashMap::new();
         let mut s = self.state.lock().unwrap();
         for e in std::fs::read_dir(&self.spool).map_err(|e| e.to_string())? {
             let path = e.map_err(|e| e.to_string())?.path();
@@ -122,6 +148,9 @@ impl Units for FakeUnits {
                 uids.insert(pu.clone(), uid);
             }
             drop(uids);
+            if !s.contains_key(&pu) {
+                starting.insert(pu.clone(), pod.metadata.uid.clone().unwrap_or_default());
+            }
             s.entry(pu).or_insert_with(|| UnitProps {
                 sub_state: "exited".into(),
                 ..running(start)
@@ -141,6 +170,8 @@ impl Units for FakeUnits {
                 s.entry(u).or_insert_with(|| running(start));
             }
         }
+        drop(s);
+        self.generate_and_prepare(&starting);
         self.changed.store(true, Ordering::SeqCst);
         Ok(())
     }
@@ -163,6 +194,20 @@ impl Units for FakeUnits {
     fn wait_change(&self, timeout: Duration) -> bool {
         std::thread::sleep(timeout.min(Duration::from_millis(50)));
         self.changed.swap(false, Ordering::SeqCst)
+    }
+
+    /// As systemd would (synchronously here): this build's podunit, under the test root.
+    fn run_once(&self, name: &str, _description: &str, argv: &[String]) -> Result<(), String> {
+        assert_eq!(argv[0], Paths::PODUNIT_BIN, "{name}: {argv:?}");
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_podunit"))
+            .args(&argv[1..])
+            .env("PODUNIT_ROOT", &self.paths.as_ref().unwrap().root)
+            .output()
+            .map_err(|e| e.to_string())?;
+        if !out.status.success() {
+            eprintln!("{name}: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        Ok(())
     }
 }
 
@@ -206,6 +251,15 @@ fn client_from(kubeconfig: &Path) -> Client {
 }
 
 fn start(name: &str, policy: Policy, tweak: impl FnOnce(ServerConfig) -> ServerConfig) -> Env {
+    start_timed(name, policy, tweak, |t| t)
+}
+
+fn start_timed(
+    name: &str,
+    policy: Policy,
+    tweak: impl FnOnce(ServerConfig) -> ServerConfig,
+    timing: impl FnOnce(ClusterTiming) -> ClusterTiming,
+) -> Env {
     let root = scratch(name);
     let server =
         FakeApiServer::start(tweak(ServerConfig::new(root.join("api")).node(NODE))).unwrap();
@@ -213,16 +267,16 @@ fn start(name: &str, policy: Policy, tweak: impl FnOnce(ServerConfig) -> ServerC
     let node_client = client_from(&server.node_kubeconfig(NODE));
     let paths = Paths::with_root(root.join("host"));
     std::fs::create_dir_all(paths.spool()).unwrap();
-    let units = FakeUnits::new(paths.spool());
+    let units = FakeUnits::new(&paths);
     let cfg = AgentConfig {
         node_name: NODE.into(),
-        timing: ClusterTiming {
+        timing: timing(ClusterTiming {
             lease_renew_seconds: 1,
             node_status_report_seconds: 2,
             reload_debounce_millis: 500,
             max_backoff_seconds: 2,
             ..ClusterTiming::default()
-        },
+        }),
         policy,
         labels: Default::default(),
         paths,
@@ -681,4 +735,365 @@ fn a_writer_killed_mid_write_never_leaves_a_partial_file() {
         "the writer never got a file written: the test proved nothing"
     );
     std::fs::remove_dir_all(&root).unwrap();
+}
+
+/// The claims of a JWT (its middle part, base64url without padding).
+fn jwt_claims(token: &str) -> serde_json::Value {
+    let part = token.trim().split('.').nth(1).expect("a JWT");
+    let val = |c: u8| match c {
+        b'A'..=b'Z' => c - b'A',
+        b'a'..=b'z' => c - b'a' + 26,
+        b'0'..=b'9' => c - b'0' + 52,
+        b'-' => 62,
+        b'_' => 63,
+        _ => panic!("not base64url: {part}"),
+    };
+    let (mut out, mut acc, mut bits) = (Vec::new(), 0u32, 0);
+    for c in part.bytes() {
+        acc = (acc << 6) | val(c) as u32;
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+        }
+    }
+    serde_json::from_slice(&out).unwrap()
+}
+
+#[test]
+fn service_account_token_is_bound_and_refreshed_at_80_percent() {
+    use std::io::Read;
+    use std::os::unix::fs::MetadataExt;
+    // The real API server refuses lifetimes under 10 minutes; the double's test-only knob lets the
+    // refresh at 80 % happen within the test.
+    const LIFE: i64 = 30;
+    let env = start("token", Policy::default(), |c| {
+        c.min_token_expiration_seconds(LIFE)
+    });
+    let vol = "kube-api-access-short";
+    let created = env.create_pod(
+        "tok",
+        json!({"nodeName": NODE, "securityContext": {"fsGroup": 2345},
+            "containers": [{"name": "app", "image": "host", "command": ["/bin/sleep", "1000"],
+                "volumeMounts": [{"name": vol, "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount", "readOnly": true}]}],
+            "volumes": [{"name": vol, "projected": {"defaultMode": 0o640, "sources": [
+                {"serviceAccountToken": {"path": "token", "audience": "vault", "expirationSeconds": LIFE}},
+                {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}}]}}]}),
+    );
+    let uid = created.metadata.uid.clone().unwrap();
+    assert!(
+        !created
+            .spec
+            .as_ref()
+            .unwrap()
+            .volumes
+            .as_ref()
+            .unwrap()
+            .iter()
+            .any(|v| v.name != vol),
+        "admission added no second token volume"
+    );
+    env.wait_phase("tok", "Running");
+    // What the container sees: the volume pod-prepare wrote, token included.
+    let in_volume = env
+        .root
+        .join(format!("host/run/podunit/pods/{uid}/volumes/{vol}/token"));
+    let first = wait_for("the token in the pod's volume", || {
+        std::fs::read_to_string(&in_volume).ok()
+    });
+    let c = jwt_claims(&first);
+    assert_eq!(c["aud"], json!(["vault"]), "the requested audience");
+    assert_eq!(
+        c["exp"].as_i64().unwrap() - c["iat"].as_i64().unwrap(),
+        LIFE,
+        "the requested expiry"
+    );
+    assert_eq!(
+        c["kubernetes.io"]["pod"]["uid"],
+        uid.as_str(),
+        "bound to the pod"
+    );
+    assert_eq!(c["kubernetes.io"]["pod"]["name"], "tok");
+    let meta = std::fs::metadata(&in_volume).unwrap();
+    assert_eq!(
+        (meta.mode() & 0o777, meta.gid()),
+        (0o640, 2345),
+        "defaultMode, fsGroup"
+    );
+    let (uid0, gid0, mode0) = (meta.uid(), meta.gid(), meta.mode() & 0o777);
+    // A reader that opened the old token keeps reading the whole old token: the file is replaced
+    // by a rename, never rewritten in place.
+    let mut old_reader = std::fs::File::open(&in_volume).unwrap();
+
+    let second = wait_for("a new token in the volume", || {
+        std::fs::read_to_string(&in_volume)
+            .ok()
+            .filter(|t| !t.is_empty() && *t != first)
+    });
+    let c2 = jwt_claims(&second);
+    let (iat1, exp1) = (c["iat"].as_i64().unwrap(), c["exp"].as_i64().unwrap());
+    let iat2 = c2["iat"].as_i64().unwrap();
+    assert!(
+        iat2 >= iat1 + LIFE * 8 / 10,
+        "refreshed at 80 % of the lifetime, not before: issued {iat1}, refreshed {iat2}"
+    );
+    assert!(
+        iat2 < exp1,
+        "refreshed before the old token expired ({iat2} vs {exp1})"
+    );
+    assert_eq!(c2["aud"], json!(["vault"]));
+    assert_eq!(c2["kubernetes.io"]["pod"]["uid"], uid.as_str());
+    let meta = std::fs::metadata(&in_volume).unwrap();
+    assert_eq!(
+        (meta.uid(), meta.gid(), meta.mode() & 0o777),
+        (uid0, gid0, mode0),
+        "owner and mode unchanged"
+    );
+    let mut was = String::new();
+    old_reader.read_to_string(&mut was).unwrap();
+    assert_eq!(was, first, "the old file was replaced whole, not rewritten");
+    // The copy pod-prepare reads at the next start is the new one too.
+    let issued = env
+        .root
+        .join(format!("host/run/podunit/tokens/{uid}/token"));
+    assert_eq!(std::fs::read_to_string(issued).unwrap(), second);
+}
+
+#[test]
+fn config_map_and_secret_updates_reach_the_spool_and_running_volumes() {
+    use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    let env = start_timed(
+        "objects",
+        Policy::default(),
+        |c| c,
+        |t| ClusterTiming {
+            object_refresh_seconds: 3,
+            ..t
+        },
+    );
+    let ns = Some("default");
+    env.admin
+        .create::<_, ConfigMap>(
+            &client::path::<ConfigMap>(ns, None),
+            &json!({"metadata": {"name": "app-config"}, "data": {"greeting": "hello"}}),
+        )
+        .unwrap();
+    env.admin
+        .create::<_, Secret>(
+            &client::path::<Secret>(ns, None),
+            &json!({"metadata": {"name": "app-secret"}, "data": {"password": "b25l"}}),
+        )
+        .unwrap();
+    let created = env.create_pod(
+        "cfg",
+        json!({"nodeName": NODE, "automountServiceAccountToken": false,
+            "containers": [{"name": "app", "image": "host", "command": ["/bin/sleep", "1000"],
+                "env": [{"name": "GREETING", "valueFrom": {"configMapKeyRef": {"name": "app-config", "key": "greeting"}}}],
+                "volumeMounts": [{"name": "cfg", "mountPath": "/etc/cfg"},
+                                 {"name": "sec", "mountPath": "/etc/sec"}]}],
+            "volumes": [{"name": "cfg", "configMap": {"name": "app-config"}},
+                        {"name": "sec", "secret": {"secretName": "app-secret"}}]}),
+    );
+    let uid = created.metadata.uid.clone().unwrap();
+    env.wait_phase("cfg", "Running");
+    let vols = env
+        .root
+        .join(format!("host/run/podunit/pods/{uid}/volumes"));
+    let read = |rel: &str| std::fs::read_to_string(vols.join(rel)).ok();
+    wait_for("the volumes written at start", || {
+        (read("cfg/greeting")? == "hello" && read("sec/password")? == "one").then_some(())
+    });
+    let env_dir = env.root.join(format!("host/run/podunit/pods/{uid}/env"));
+    let env_text = || -> String {
+        std::fs::read_dir(&env_dir)
+            .unwrap()
+            .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
+            .collect()
+    };
+    assert!(env_text().contains("GREETING=\"hello\""), "{}", env_text());
+    let spool = env.spool_file("cfg");
+    let before = std::fs::read_to_string(&spool).unwrap();
+    assert!(before.contains("\"hello\"") && before.contains("\"b25l\""));
+
+    // A reader (the generator, a container) polls the files the whole time.
+    let stop = Arc::new(AtomicBool::new(false));
+    let reader = {
+        let (stop, spool, vols) = (stop.clone(), spool.clone(), vols.clone());
+        std::thread::spawn(move || {
+            let mut seen = std::collections::BTreeSet::new();
+            let mut volume_views = std::collections::BTreeSet::new();
+            while !stop.load(Ordering::SeqCst) {
+                let text = std::fs::read_to_string(&spool).unwrap();
+                let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&text)
+                    .unwrap_or_else(|e| panic!("a spool read that does not parse: {e}\n{text}"));
+                assert_eq!(docs.len(), 3, "{text}");
+                seen.insert(text);
+                // Both files of a volume come from one version (here: one key each, read via ..data).
+                if let (Ok(g), Ok(p)) = (
+                    std::fs::read_to_string(vols.join("cfg/greeting")),
+                    std::fs::read_to_string(vols.join("sec/password")),
+                ) {
+                    volume_views.insert((g, p));
+                }
+            }
+            (seen, volume_views)
+        })
+    };
+
+    // Update both right after a refresh pass read them, so one pass sees both changes.
+    let secret_reads = |env: &Env| {
+        env.server
+            .requests()
+            .iter()
+            .filter(|r| {
+                r.method == "GET"
+                    && r.user == format!("system:node:{NODE}")
+                    && r.path.ends_with("/secrets/app-secret")
+            })
+            .count()
+    };
+    let reads0 = secret_reads(&env);
+    wait_for("a refresh pass", || {
+        (secret_reads(&env) > reads0).then_some(())
+    });
+    let reloads0 = env.units.reloads.load(Ordering::SeqCst);
+    env.admin
+        .merge_patch::<ConfigMap>(
+            &client::path::<ConfigMap>(ns, Some("app-config")),
+            &json!({"data": {"greeting": "hi there"}}),
+        )
+        .unwrap();
+    env.admin
+        .merge_patch::<Secret>(
+            &client::path::<Secret>(ns, Some("app-secret")),
+            &json!({"data": {"password": "dHdv"}}),
+        )
+        .unwrap();
+    let reads1 = secret_reads(&env);
+
+    let after = wait_for("both updates in the spool", || {
+        let t = std::fs::read_to_string(&spool).ok()?;
+        (t.contains("\"hi there\"") && t.contains("\"dHdv\"")).then_some(t)
+    });
+    // The running pod's volumes follow (the kubelet updates mounted configMap and secret volumes).
+    wait_for("the running volumes updated", || {
+        (read("cfg/greeting")? == "hi there" && read("sec/password")? == "two").then_some(())
+    });
+    wait_for("the reload", || {
+        (env.units.reloads.load(Ordering::SeqCst) > reloads0).then_some(())
+    });
+    // Two more passes that find nothing new: no further write, no further reload.
+    wait_for("two more refresh passes", || {
+        (secret_reads(&env) >= reads1 + 2).then_some(())
+    });
+    stop.store(true, Ordering::SeqCst);
+    let (seen, views) = reader.join().unwrap();
+    assert_eq!(
+        env.units.reloads.load(Ordering::SeqCst),
+        reloads0 + 1,
+        "both updates make one reload"
+    );
+    assert!(
+        seen.iter().all(|t| *t == before || *t == after),
+        "only whole versions of the spool file were read ({} distinct)",
+        seen.len()
+    );
+    assert!(
+        views.iter().all(|v| matches!(
+            (v.0.as_str(), v.1.as_str()),
+            ("hello" | "hi there", "one" | "two")
+        )),
+        "{views:?}"
+    );
+    // Environment variables keep the value the container started with, as in Kubernetes.
+    assert!(env_text().contains("GREETING=\"hello\""), "{}", env_text());
+    assert!(!env_text().contains("hi there"));
+    // The files are the kubelet's layout: names point through ..data to one version directory.
+    assert_eq!(
+        std::fs::read_link(vols.join("cfg/greeting")).unwrap(),
+        Path::new("..data/greeting")
+    );
+}
+
+#[test]
+fn a_pod_whose_image_is_not_on_the_node_waits_with_err_image_never_pull() {
+    let env = start_timed(
+        "image",
+        Policy::default(),
+        |c| c,
+        |t| ClusterTiming {
+            object_refresh_seconds: 2,
+            ..t
+        },
+    );
+    let image = "registry.example/app:1.0";
+    env.create_pod(
+        "noimg",
+        json!({"nodeName": NODE, "containers": [
+            {"name": "app", "image": image, "command": ["/app"]},
+            {"name": "side", "image": "host", "command": ["/bin/sleep", "1000"]}]}),
+    );
+    let st = wait_for("the waiting reason", || {
+        let st = env.get_pod("noimg")?.status?;
+        let cs = st.container_statuses.as_ref()?;
+        let app = cs.iter().find(|c| c.name == "app")?;
+        (app.state.as_ref()?.waiting.as_ref()?.reason.as_deref() == Some("ErrImageNeverPull"))
+            .then_some(st)
+    });
+    assert_eq!(st.phase.as_deref(), Some("Pending"), "waiting, not Failed");
+    let cs = st.container_statuses.unwrap();
+    let app = cs.iter().find(|c| c.name == "app").unwrap();
+    let msg = app
+        .state
+        .as_ref()
+        .unwrap()
+        .waiting
+        .as_ref()
+        .unwrap()
+        .message
+        .clone()
+        .unwrap();
+    assert!(
+        msg.contains(&format!(
+            "Container image \"{image}\" is not present with pull policy of Never"
+        )) && msg.contains("/var/lib/podunit/images/registry.example/app/1.0"),
+        "{msg}"
+    );
+    let side = cs.iter().find(|c| c.name == "side").unwrap();
+    assert_ne!(
+        side.state
+            .as_ref()
+            .unwrap()
+            .waiting
+            .as_ref()
+            .unwrap()
+            .reason
+            .as_deref(),
+        Some("ErrImageNeverPull"),
+        "only the container whose image is missing"
+    );
+    assert!(!env.spool_file("noimg").exists(), "nothing of it runs");
+    let events: k8s_openapi::List<Event> = env
+        .admin
+        .get(&client::path::<Event>(Some("default"), None))
+        .unwrap();
+    let ev = events
+        .items
+        .iter()
+        .find(|e| {
+            e.reason.as_deref() == Some("ErrImageNeverPull")
+                && e.involved_object.name.as_deref() == Some("noimg")
+        })
+        .expect("an Event says why");
+    assert_eq!(ev.type_.as_deref(), Some("Warning"));
+    assert!(ev.message.as_deref().unwrap().contains(image));
+
+    // Put into the local store, the image is found at the next retry and the pod runs.
+    std::fs::create_dir_all(
+        env.root
+            .join("host/var/lib/podunit/images/registry.example/app/1.0/rootfs"),
+    )
+    .unwrap();
+    env.wait_phase("noimg", "Running");
+    assert!(env.spool_file("noimg").exists());
 }

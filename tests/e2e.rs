@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use support::nspawn::Machine;
 use support::pods::{
-    Probe, SOON, ctr_unit, known_units, pod_slice, pod_unit, start_pods, wait_state, yaml_str,
+    Probe, SOON, ctr_unit, failed_podunit_units, known_units, pod_slice, pod_unit, start_pods,
+    wait_state, yaml_str,
 };
 
 const NS: &str = "default";
@@ -36,17 +37,6 @@ spec:
       value: "{then}"
 {extra_env}"#
     )
-}
-
-fn failed_podunit_units(m: &Machine) -> String {
-    let out = m.systemctl(&[
-        "list-units",
-        "--failed",
-        "--no-legend",
-        "--plain",
-        "podunit*",
-    ]);
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -823,6 +813,75 @@ spec:
         m.read_string("/srv/probe/sub-result")
     });
     assert_eq!(got, "file\nin-sub\nf\ninner-f\nonly this key\n");
+}
+
+/// The kubelet's subPath rules at container start: a missing subPath is made (in the volume,
+/// with its mode), and one that a container turned into a symlink out of the volume keeps the
+/// next container from starting instead of binding the host's directory.
+#[test]
+fn subpath_is_made_when_missing_and_never_leads_out_of_the_volume() {
+    let m = Machine::boot("subpath-escape");
+    let manifest = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: subesc
+spec:
+  restartPolicy: Never
+  volumes:
+  - name: data
+    emptyDir: {}
+  initContainers:
+  - name: plant
+    image: host
+    command: ["/bin/sh", "-c", "ln -s /etc /data/escape"]
+    volumeMounts:
+    - name: data
+      mountPath: /data
+  containers:
+  - name: fresh
+    image: host
+    command: ["/bin/sh", "-c", "{ ls -A /fresh; echo made; } > /srv/probe/fresh.tmp && mv /srv/probe/fresh.tmp /srv/probe/fresh"]
+    volumeMounts:
+    - name: data
+      mountPath: /fresh
+      subPath: new/dir
+  - name: evil
+    image: host
+    command: ["/bin/sh", "-c", "ls /mnt > /srv/probe/evil"]
+    volumeMounts:
+    - name: data
+      mountPath: /mnt
+      subPath: escape
+"#;
+    m.write("/etc/pods.d/subesc.yaml", manifest.as_bytes());
+    start_pods(&m);
+    let got = m.wait_for("the fresh container's result", SOON, || {
+        m.read_string("/srv/probe/fresh")
+    });
+    assert_eq!(got, "made\n", "the made subPath is an empty directory");
+    let evil = ctr_unit("default", "subesc", "evil");
+    wait_state(&m, &evil, &["failed"]);
+    assert_eq!(m.prop(&evil, "ExecMainPID"), "0", "its command never ran");
+    assert!(
+        m.read("/srv/probe/evil").is_none(),
+        "the container with the escaping subPath ran"
+    );
+    let journal = m.sh_ok(&format!("journalctl -b --no-pager -o cat -u {evil}"));
+    assert!(
+        journal.contains("is a symlink that leads out of the volume: refused"),
+        "{journal}"
+    );
+    let made = m.sh_ok(
+        "stat -c '%F %a' /var/lib/podunit/pods/*/volumes/data/new/dir /var/lib/podunit/pods/*/volumes/data",
+    );
+    let lines: Vec<&str> = made.lines().collect();
+    assert_eq!(lines.len(), 2, "{made}");
+    assert!(lines[0].starts_with("directory "), "{made}");
+    assert_eq!(
+        lines[0].split(' ').nth(1),
+        lines[1].split(' ').nth(1),
+        "the made directory has the volume's mode: {made}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------

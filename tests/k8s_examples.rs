@@ -13,9 +13,11 @@
 //! `podunit check` prints must contain one of them, and each must appear.
 
 use std::collections::BTreeMap;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+#[path = "support/verify.rs"]
+mod verify;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Verdict {
@@ -323,79 +325,14 @@ fn render_and_verify(file: &Path, root: &Path, scratch: &Path) -> Result<usize, 
             String::from_utf8_lossy(&o.stderr)
         ));
     }
-    let units: Vec<String> = match std::fs::read_dir(&out) {
-        Ok(rd) => rd
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .filter(|n| n.ends_with(".service") || n.ends_with(".slice"))
-            .collect(),
-        Err(_) => Vec::new(),
-    };
+    let units = verify::units_in(&out);
     if units.is_empty() {
         return Ok(0);
     }
-    let system_units = Path::new("/usr/lib/systemd/system");
-    assert!(
-        system_units.join("sysinit.target").exists(),
-        "systemd is not installed: apt-get install systemd"
-    );
     let vroot = scratch.join("verify");
-    copy_tree(root, &vroot);
-    copy_tree(system_units, &vroot.join("usr/lib/systemd/system"));
-    copy_tree(&out, &vroot.join("etc/systemd/system"));
-    std::fs::write(
-        vroot.join("etc/systemd/system/podunit.target"),
-        "[Unit]\nDescription=Pods\n",
-    )
-    .unwrap();
-    for u in &units {
-        let text = std::fs::read_to_string(out.join(u)).unwrap();
-        for line in text.lines().filter(|l| l.starts_with("Exec")) {
-            let exe = line.split('"').nth(1).unwrap_or_default();
-            // A bare name (`sh`) is looked up in systemd's search path; `verify` looks on the
-            // host even when the unit has RootDirectory=, so the stand-in goes there.
-            let exe = if exe.is_empty() || exe.starts_with('/') {
-                exe.to_string()
-            } else {
-                format!("/usr/bin/{exe}")
-            };
-            if exe.starts_with('/') {
-                let p = vroot.join(exe.trim_start_matches('/'));
-                std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-                std::fs::write(&p, "#!/bin/sh\n").unwrap();
-                std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
-            }
-        }
-    }
-    let o = Command::new("systemd-analyze")
-        .arg("verify")
-        .arg(format!("--root={}", vroot.display()))
-        .arg("--man=no")
-        .args(&units)
-        .current_dir(vroot.join("etc/systemd/system"))
-        .output()
-        .expect("systemd-analyze");
-    let err = String::from_utf8_lossy(&o.stderr);
-    if !o.status.success() || !err.trim().is_empty() {
-        return Err(format!("systemd-analyze verify:\n{err}"));
-    }
+    verify::copy_tree(root, &vroot);
+    verify::verify_units(&vroot, &out, &units)?;
     Ok(units.len())
-}
-
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let dst = to.join(e.file_name());
-        let ft = e.file_type().unwrap();
-        if ft.is_symlink() {
-            let _ = std::fs::remove_file(&dst);
-            std::os::unix::fs::symlink(std::fs::read_link(e.path()).unwrap(), dst).unwrap();
-        } else if ft.is_dir() {
-            copy_tree(&e.path(), &dst);
-        } else {
-            std::fs::copy(e.path(), dst).unwrap();
-        }
-    }
 }
 
 /// Runs one file in one setting; a mismatch or failure is described in the returned string.

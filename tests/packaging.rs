@@ -516,6 +516,32 @@ fn make_install_and_uninstall() {
             "{unit}"
         );
 
+        // The installed generator writes pod units that call the installed podunit.
+        let manifest_file = dest.join("etc/pods.d/web.yaml");
+        fs::write(
+            &manifest_file,
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: web}\nspec:\n  containers:\n  - {name: c, image: host, command: [/bin/true]}\n",
+        )
+        .unwrap();
+        let out = dest.join("run-generator");
+        run_ok(
+            Command::new(dest.join(format!(
+                "{}/lib/systemd/system-generators/podunit-generator",
+                prefix.trim_start_matches('/')
+            )))
+            .arg(&out)
+            .env("PODUNIT_ROOT", &dest),
+        );
+        let pod_unit = fs::read_to_string(out.join("podunit-default_web.service")).unwrap();
+        assert!(
+            pod_unit.contains(&format!(
+                "\nExecStart=\"{prefix}/bin/podunit\" \"pod-prepare\" "
+            )),
+            "PREFIX={prefix}: {pod_unit}"
+        );
+        fs::remove_file(manifest_file).unwrap();
+        fs::remove_dir_all(out).unwrap();
+
         // Config files survive a reinstall and an uninstall, like conffiles.
         let conf = dest.join("etc/podunit/config.yaml");
         fs::write(&conf, "nodeName: edited\n").unwrap();

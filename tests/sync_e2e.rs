@@ -4,7 +4,9 @@
 mod support;
 
 use support::nspawn::Machine;
-use support::pods::{Probe, SOON, ctr_unit, known_units, pod_unit, wait_state};
+use support::pods::{
+    Probe, SOON, ctr_unit, failed_podunit_units, known_units, pod_unit, wait_state,
+};
 
 const NS: &str = "default";
 
@@ -67,17 +69,6 @@ spec:
       value: "{version}"
 "#
     )
-}
-
-fn failed_podunit_units(m: &Machine) -> String {
-    let out = m.systemctl(&[
-        "list-units",
-        "--failed",
-        "--no-legend",
-        "--plain",
-        "podunit*",
-    ]);
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
 #[test]

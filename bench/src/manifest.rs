@@ -181,3 +181,19 @@ data:
         port = 8000 + i % 1000,
     )
 }
+
+/// Pod number `i` as JSON documents (the format podunit-sync writes the spool in): the same
+/// objects as [`pod`], one JSON document per object, separated by `---`.
+pub fn pod_json(i: usize) -> String {
+    let docs: Vec<serde_json::Value> =
+        serde_saphyr::from_multiple(&pod(i)).expect("the benchmark's manifest is valid YAML");
+    let mut out = String::new();
+    for (n, d) in docs.iter().enumerate() {
+        if n > 0 {
+            out.push_str("---\n");
+        }
+        out.push_str(&serde_json::to_string(d).expect("a JSON value serializes"));
+        out.push('\n');
+    }
+    out
+}

@@ -446,6 +446,7 @@ pub fn check_pod(entry: &PodEntry, units: &PodUnits, node: &NodeFacts) {
                 let text = u
                     .render()
                     .unwrap_or_else(|e| panic!("a translated unit does not render: {e}"));
+                assert_eq!(text, u.text, "{}: rendered twice, differently", u.name);
                 assert!(
                     rendered.insert(u.name.clone(), text).is_none(),
                     "{} written twice",

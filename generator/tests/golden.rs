@@ -5,32 +5,14 @@
 //! Every expected tree also passes `systemd-analyze verify` with no complaint.
 
 use std::collections::BTreeMap;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+#[path = "../../tests/support/verify.rs"]
+mod verify;
+
 fn golden_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/golden")
-}
-
-fn copy_tree(from: &Path, to: &Path) {
-    if !from.exists() {
-        return;
-    }
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let dst = to.join(e.file_name());
-        let ft = e.file_type().unwrap();
-        if ft.is_symlink() {
-            let _ = std::fs::remove_file(&dst);
-            std::os::unix::fs::symlink(std::fs::read_link(e.path()).unwrap(), dst).unwrap();
-        } else if ft.is_dir() {
-            copy_tree(&e.path(), &dst);
-        } else {
-            std::fs::copy(e.path(), dst).unwrap();
-        }
-    }
 }
 
 /// path relative to `root` -> file content or "-> target" for symlinks.
@@ -90,9 +72,9 @@ fn tempdir(name: &str) -> PathBuf {
 fn run_case(case: &Path) -> Run {
     let tmp = tempdir(case.file_name().unwrap().to_str().unwrap());
     let root = tmp.join("root");
-    copy_tree(&case.join("root"), &root);
-    copy_tree(&case.join("pods.d"), &root.join("etc/pods.d"));
-    copy_tree(&case.join("spool"), &root.join("var/lib/podunit/spool"));
+    verify::copy_tree(&case.join("root"), &root);
+    verify::copy_tree(&case.join("pods.d"), &root.join("etc/pods.d"));
+    verify::copy_tree(&case.join("spool"), &root.join("var/lib/podunit/spool"));
     let out = tmp.join("out");
     std::fs::create_dir_all(&out).unwrap();
     let o = Command::new(env!("CARGO_BIN_EXE_podunit-generator"))
@@ -198,52 +180,20 @@ fn every_golden_unit_passes_systemd_analyze_verify() {
     let mut verified = 0;
     for case in cases() {
         let expected = case.join("expected");
-        let tree = read_tree(&expected);
-        let units: Vec<&String> = tree
-            .keys()
-            .filter(|k| !k.contains('/') && (k.ends_with(".service") || k.ends_with(".slice")))
-            .collect();
+        let units = verify::units_in(&expected);
         if units.is_empty() {
             continue;
         }
-        // A root with systemd's own units, ours, and stand-ins for the executables the units name.
+        // A root with the case's own files; verify adds systemd's units, ours, and stand-ins
+        // for the executables the units name.
         let root = tempdir(&format!(
             "verify-{}",
             case.file_name().unwrap().to_string_lossy()
         ));
-        copy_tree(system_units, &root.join("usr/lib/systemd/system"));
-        copy_tree(&expected, &root.join("etc/systemd/system"));
-        copy_tree(&case.join("root"), &root);
-        std::fs::write(
-            root.join("etc/systemd/system/podunit.target"),
-            "[Unit]\nDescription=Pods\n",
-        )
-        .unwrap();
-        for text in tree.values() {
-            for line in text.lines().filter(|l| l.starts_with("Exec")) {
-                let exe = line.split('"').nth(1).unwrap_or_default();
-                if exe.starts_with('/') {
-                    let p = root.join(exe.trim_start_matches('/'));
-                    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-                    std::fs::write(&p, "#!/bin/sh\n").unwrap();
-                    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
-                }
-            }
+        verify::copy_tree(&case.join("root"), &root);
+        if let Err(e) = verify::verify_units(&root, &expected, &units) {
+            panic!("{}: {e}", case.display());
         }
-        let o = Command::new("systemd-analyze")
-            .arg("verify")
-            .arg(format!("--root={}", root.display()))
-            .arg("--man=no")
-            .args(&units)
-            .current_dir(root.join("etc/systemd/system"))
-            .output()
-            .expect("systemd-analyze");
-        let err = String::from_utf8_lossy(&o.stderr);
-        assert!(
-            o.status.success() && err.trim().is_empty(),
-            "{}: systemd-analyze verify:\n{err}",
-            case.display()
-        );
         verified += units.len();
         let _ = std::fs::remove_dir_all(&root);
     }

@@ -38,6 +38,14 @@ pub enum Command {
     /// Prepare a pod's volumes and environment (run by the pod's unit).
     #[command(hide = true)]
     PodPrepare(prepare::Args),
+    /// Update the files volumes of a running pod from its ConfigMaps, Secrets and tokens now
+    /// (run by podunit-sync as a transient unit).
+    #[command(hide = true)]
+    PodRefresh(prepare::Args),
+    /// Check a container's subPath inside its volume, creating it when missing (run by the
+    /// container's unit before it starts).
+    #[command(hide = true)]
+    Subpath(prepare::SubpathArgs),
     /// Remove a pod's runtime files (run by the pod's unit).
     #[command(hide = true)]
     PodCleanup(prepare::Args),
@@ -62,7 +70,9 @@ pub fn main() -> ExitCode {
         Command::Check(a) => check::check(a),
         Command::Render(a) => check::render(a),
         Command::PodPrepare(a) => prepare::prepare(a),
+        Command::PodRefresh(a) => prepare::refresh(a),
         Command::PodCleanup(a) => prepare::cleanup(a),
+        Command::Subpath(a) => prepare::subpath(a),
         Command::Status(a) => status::run(a),
         Command::Logs(a) => logs::run(a),
         Command::Completions(a) => completions::run(a),

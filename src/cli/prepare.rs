@@ -13,20 +13,28 @@ pub struct Args {
     pub plan: PathBuf,
 }
 
-fn load(args: &Args, paths: &Paths) -> Result<PodPlan, String> {
+fn read_plan(args: &Args, paths: &Paths) -> Result<PodPlan, String> {
     let path = paths.host(&args.plan.to_string_lossy());
     let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
     serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
 }
 
-pub fn prepare(args: Args) -> ExitCode {
+/// The plan and the paths, or the failure `command` reports.
+fn load(args: &Args, command: &str) -> Result<(PodPlan, Paths), ExitCode> {
     let paths = Paths::from_env();
-    let plan = match load(&args, &paths) {
-        Ok(p) => p,
+    match read_plan(args, &paths) {
+        Ok(p) => Ok((p, paths)),
         Err(e) => {
-            eprintln!("podunit pod-prepare: {e}");
-            return ExitCode::FAILURE;
+            eprintln!("podunit {command}: {e}");
+            Err(ExitCode::FAILURE)
         }
+    }
+}
+
+pub fn prepare(args: Args) -> ExitCode {
+    let (plan, paths) = match load(&args, "pod-prepare") {
+        Ok(x) => x,
+        Err(code) => return code,
     };
     // ConfigMaps and Secrets are read now, so a pod starts with their current content.
     let catalog = Catalog::load(&paths);
@@ -42,14 +50,41 @@ pub fn prepare(args: Args) -> ExitCode {
     }
 }
 
-pub fn cleanup(args: Args) -> ExitCode {
-    let paths = Paths::from_env();
-    let plan = match load(&args, &paths) {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("podunit pod-cleanup: {e}");
-            return ExitCode::FAILURE;
+/// `pod-refresh PLAN`: a running pod's configMap, secret and projected volumes brought up to date
+/// (podunit-sync runs it in the service manager's context: its own sandbox may not chown).
+pub fn refresh(args: Args) -> ExitCode {
+    let (plan, paths) = match load(&args, "pod-refresh") {
+        Ok(x) => x,
+        Err(code) => return code,
+    };
+    let catalog = Catalog::load(&paths);
+    match prepare::refresh_files(&plan, &paths, &catalog) {
+        Ok(changed) => {
+            if !changed.is_empty() {
+                eprintln!(
+                    "podunit pod-refresh: pod {}/{}: updated volumes {}",
+                    plan.namespace,
+                    plan.name,
+                    changed.join(", ")
+                );
+            }
+            ExitCode::SUCCESS
         }
+        Err(e) => {
+            // The previous files stay, as the kubelet keeps them when an update fails.
+            eprintln!(
+                "podunit pod-refresh: pod {}/{}: {e}",
+                plan.namespace, plan.name
+            );
+            ExitCode::FAILURE
+        }
+    }
+}
+
+pub fn cleanup(args: Args) -> ExitCode {
+    let (plan, paths) = match load(&args, "pod-cleanup") {
+        Ok(x) => x,
+        Err(code) => return code,
     };
     match prepare::cleanup(&plan, &paths) {
         Ok(()) => ExitCode::SUCCESS,
@@ -58,6 +93,28 @@ pub fn cleanup(args: Args) -> ExitCode {
                 "podunit pod-cleanup: pod {}/{}: {e}",
                 plan.namespace, plan.name
             );
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[derive(clap::Args, Debug)]
+pub struct SubpathArgs {
+    /// The volume's directory on the host.
+    pub volume: PathBuf,
+    /// The mount's subPath, relative to the volume.
+    pub sub_path: String,
+}
+
+/// `subpath VOLUME SUBPATH`: fails the container's start when the subPath leads through a
+/// symlink (see [`crate::subpath`]).
+pub fn subpath(args: SubpathArgs) -> ExitCode {
+    let paths = Paths::from_env();
+    let volume = paths.host(&args.volume.to_string_lossy());
+    match crate::subpath::ensure(&volume, &args.sub_path) {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("podunit subpath: {e}");
             ExitCode::FAILURE
         }
     }

@@ -36,6 +36,10 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// The kubelet's waiting reason (and Event reason) for an image that is not on the node when it
+/// may not pull: podunit never pulls, so every image behaves as `imagePullPolicy: Never`.
+pub const IMAGE_NEVER_PULL: &str = "ErrImageNeverPull";
+
 /// What the agent needs besides the API client and systemd.
 #[derive(Debug, Clone)]
 pub struct AgentConfig {
@@ -356,8 +360,13 @@ enum Phase {
     Active,
     /// Not run: policy, validation or image; the reason and message were posted.
     Rejected { reason: String, message: String },
-    /// Waiting for something it needs (a ConfigMap, Secret or token); retried.
-    Blocked { reason: String, message: String },
+    /// Waiting for something it needs (a ConfigMap, Secret, token or image); retried. `only`: the
+    /// containers the reason is about (empty: all of them).
+    Blocked {
+        reason: String,
+        message: String,
+        only: Vec<String>,
+    },
     /// deletionTimestamp seen: units stopping; DELETE once they are down or the grace ran out.
     Terminating { deadline: Instant, killed: bool },
 }
@@ -443,6 +452,8 @@ pub struct Worker {
     ref_cache: Option<RefCache>,
     /// Set during the periodic refresh of referenced objects.
     refreshing: bool,
+    /// Volume refreshes started (names their transient units).
+    refresh_runs: u64,
     /// How many daemon-reloads were asked for (tests and benchmarks read it).
     pub reloads: u64,
 }
@@ -522,6 +533,7 @@ impl Worker {
             status_due: Due::everything(),
             ref_cache: None,
             refreshing: false,
+            refresh_runs: 0,
             reloads: 0,
         })
     }
@@ -598,7 +610,8 @@ impl Worker {
             }
             self.status_due.all = true;
         }
-        if self.api_ok() && self.last_refresh.elapsed() >= Duration::from_secs(60) {
+        let refresh = Duration::from_secs(self.cfg.timing.object_refresh_seconds.max(1));
+        if self.api_ok() && self.last_refresh.elapsed() >= refresh {
             self.last_refresh = Instant::now();
             self.refresh_all();
         }
@@ -758,14 +771,25 @@ impl Worker {
             })
             .collect();
         let file = spool::file_name(&k.0, &k.1);
+        // Checked before a pod is first spooled: an image removed from the store later does not
+        // touch a pod that already runs, as the kubelet leaves running containers alone.
+        let in_spool = self.spool.dir.join(&file).exists();
         if self.refreshing
+            && in_spool
             && self
                 .pods
                 .get(k)
                 .is_some_and(|r| r.phase == Phase::Active && r.refs_seen.as_ref() == Some(&seen))
-            && self.spool.dir.join(&file).exists()
         {
-            // Nothing it uses changed since it was spooled: the text would be the same.
+            // Nothing it uses changed since it was spooled: the text would be the same (tokens
+            // are renewed by refresh_tokens).
+            return;
+        }
+        if !in_spool && let Some((containers, message)) = self.missing_images(&pod) {
+            // podunit never pulls: an image not on this host is the kubelet's imagePullPolicy
+            // Never case. The pod waits (retried: the image may be put into the store) instead
+            // of failing as invalid.
+            self.block_containers(k, IMAGE_NEVER_PULL, &message, IMAGE_NEVER_PULL, containers);
             return;
         }
         let text = spool::render(&pod, &cms, &secrets);
@@ -784,25 +808,69 @@ impl Worker {
                 rec.validated = Some(hash);
             }
         }
-        if let Err(e) = self.issue_tokens(k) {
-            if let Some(msg) = e {
-                self.block(k, "CreateContainerConfigError", &msg);
+        let new_tokens = match self.issue_tokens(k) {
+            Ok(n) => n,
+            Err(e) => {
+                if let Some(msg) = e {
+                    self.block(k, "CreateContainerConfigError", &msg);
+                }
+                return;
             }
-            return;
-        }
-        match self.spool.put(&file, text.as_bytes()) {
-            Ok(true) => self.mark_dirty(),
-            Ok(false) => {}
+        };
+        let spooled = match self.spool.put(&file, text.as_bytes()) {
+            Ok(changed) => changed,
             Err(e) => {
                 log(format!("{}/{}: writing the spool: {e}", k.0, k.1));
                 return;
             }
+        };
+        if spooled {
+            self.mark_dirty();
+        }
+        if spooled || new_tokens {
+            // A running pod sees its ConfigMaps, Secrets and tokens change, as with the kubelet.
+            self.refresh_volumes(k);
         }
         if let Some(rec) = self.pods.get_mut(k) {
             rec.phase = Phase::Active;
             rec.refs_seen = Some(seen);
         }
         self.status_due.pods.insert(k.clone());
+    }
+
+    /// The containers whose image is neither the host, a root directory or image file, nor in the
+    /// local image store, and the message for them (the kubelet's, plus where podunit looks).
+    fn missing_images(&self, pod: &Pod) -> Option<(Vec<String>, String)> {
+        use crate::translate::image;
+        let images = crate::generate::FsImages {
+            paths: self.cfg.paths.clone(),
+            host_aliases: self.cfg.policy.host_images.clone(),
+        };
+        let spec = pod.spec.as_ref()?;
+        let mut names = Vec::new();
+        let mut messages = Vec::new();
+        for c in spec
+            .init_containers
+            .iter()
+            .flatten()
+            .chain(spec.containers.iter())
+        {
+            let Some(reference) = c.image.as_deref().filter(|i| !i.is_empty()) else {
+                continue;
+            };
+            // An image reference that is not valid is the generator's to report (InvalidPod).
+            if !reference.starts_with('/') && image::store_path(reference).is_none() {
+                continue;
+            }
+            if let Err(why) = image::resolve(reference, &images) {
+                names.push(c.name.clone());
+                messages.push(format!(
+                    "Container image {reference:?} is not present with pull policy of Never \
+                     (podunit never pulls: {why})"
+                ));
+            }
+        }
+        (!names.is_empty()).then(|| (names, messages.join("; ")))
     }
 
     /// The generator's own checks, run on exactly what it will read.
@@ -936,12 +1004,14 @@ impl Worker {
         crate::paths::join_inside(&dir, path)
     }
 
-    /// Requests every token the pod's projected volumes need and writes them where pod-prepare
-    /// reads them (and into the running volume, when it exists).
-    fn issue_tokens(&mut self, k: &(String, String)) -> Result<(), Option<String>> {
+    /// Requests every token the pod's projected volumes need that is missing or due and writes
+    /// them where pod-prepare (and [`Self::refresh_volumes`]) read them. Returns whether any token
+    /// was issued.
+    fn issue_tokens(&mut self, k: &(String, String)) -> Result<bool, Option<String>> {
         let Some(rec) = self.pods.get(k) else {
-            return Ok(());
+            return Ok(false);
         };
+        let mut issued_any = false;
         let pod = rec.pod.clone();
         let uid = uid_of(&pod);
         let sa = token::service_account(&pod);
@@ -979,26 +1049,12 @@ impl Worker {
                     .recursive(true)
                     .mode(0o700)
                     .create(&dir)?;
-                spool::write_atomic(&file, st.token.as_bytes(), 0o600)?;
-                // The running pod sees the volume directory: replace the file there too.
-                let vol = self.cfg.paths.host(&format!(
-                    "{}/{uid}/volumes/{}",
-                    Paths::RUNTIME,
-                    src.volume
-                ));
-                if vol.is_dir()
-                    && let Some(target) = crate::paths::join_inside(&vol, &src.path)
-                {
-                    let mode = std::fs::metadata(&target)
-                        .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o777)
-                        .unwrap_or(0o644);
-                    spool::write_atomic(&target, st.token.as_bytes(), mode)?;
-                }
-                Ok(())
+                spool::write_atomic(&file, st.token.as_bytes(), 0o600)
             };
             if let Err(e) = write() {
                 return Err(Some(format!("writing the token: {e}")));
             }
+            issued_any = true;
             let issued = now();
             let at = token::refresh_at(issued, st.expiration_timestamp.0);
             if let Some(r) = self.pods.get_mut(k) {
@@ -1006,7 +1062,54 @@ impl Worker {
             }
         }
         self.api_worked();
-        Ok(())
+        Ok(issued_any)
+    }
+
+    /// Has the files volumes of the pod, if it runs, rewritten from the spool (its ConfigMaps and
+    /// Secrets now) and its issued tokens: `podunit pod-refresh` with the plan the generator wrote
+    /// for it, run as a transient unit (the files belong to the pod's users, which podunit-sync's
+    /// own sandbox may not chown to). A pod that does not run yet gets its files from pod-prepare.
+    fn refresh_volumes(&mut self, k: &(String, String)) {
+        let Some(rec) = self.pods.get(k) else { return };
+        let unit = crate::naming::pod_service(&k.0, &k.1);
+        let plan_path = format!(
+            "{}/{}/{}",
+            crate::plan::GENERATOR_DIR,
+            crate::plan::PLAN_DIR,
+            crate::plan::PodPlan::file_name(&unit)
+        );
+        let Some(plan) = std::fs::read_to_string(self.cfg.paths.host(&plan_path))
+            .ok()
+            .and_then(|t| serde_json::from_str::<crate::plan::PodPlan>(&t).ok())
+        else {
+            return;
+        };
+        // The plan of an older pod of the same name, or a pod that is not running: nothing to do.
+        if plan.uid != uid_of(&rec.pod) || !self.cfg.paths.host(&plan.runtime_dir).is_dir() {
+            return;
+        }
+        self.refresh_runs += 1;
+        // A new name each time: a refresh still running never blocks the next one (the volume's
+        // lock orders them, and each writes what is current when it runs).
+        let mut name = format!(
+            "{}-refresh-{}.service",
+            unit.trim_end_matches(".service"),
+            self.refresh_runs
+        );
+        if name.len() > crate::naming::UNIT_NAME_MAX {
+            // A pod unit name near the limit: the UID names the pod as well, in 36 characters.
+            name = format!("podunit-refresh-{}-{}.service", plan.uid, self.refresh_runs);
+        }
+        let bin = crate::generate::podunit_bin(&self.cfg.paths);
+        let argv = [bin.as_str(), "pod-refresh", &plan_path].map(String::from);
+        match self.units.run_once(
+            &name,
+            &format!("Update the volumes of pod {}/{}", k.0, k.1),
+            &argv,
+        ) {
+            Ok(()) => log(format!("{}/{}: updating its volumes ({name})", k.0, k.1)),
+            Err(e) => log(format!("{}/{}: updating its volumes: {e}", k.0, k.1)),
+        }
     }
 
     fn refresh_tokens(&mut self) {
@@ -1017,8 +1120,10 @@ impl Worker {
             .map(|(k, _)| k.clone())
             .collect();
         for k in due {
-            if let Err(Some(m)) = self.issue_tokens(&k) {
-                log(format!("{}/{}: {m}", k.0, k.1));
+            match self.issue_tokens(&k) {
+                Ok(true) => self.refresh_volumes(&k),
+                Ok(false) | Err(None) => {}
+                Err(Some(m)) => log(format!("{}/{}: {m}", k.0, k.1)),
             }
         }
     }
@@ -1079,19 +1184,34 @@ impl Worker {
     }
 
     fn block(&mut self, k: &(String, String), reason: &str, message: &str) {
+        // The kubelet's Event for a container it cannot create has reason `Failed`.
+        self.block_containers(k, reason, message, "Failed", Vec::new());
+    }
+
+    /// The pod waits with `reason` on the containers in `only` (all when empty); one Warning Event
+    /// with `event_reason` each time the reason or message changes.
+    fn block_containers(
+        &mut self,
+        k: &(String, String),
+        reason: &str,
+        message: &str,
+        event_reason: &str,
+        only: Vec<String>,
+    ) {
         let Some(rec) = self.pods.get_mut(k) else {
             return;
         };
         let new = Phase::Blocked {
             reason: reason.into(),
             message: message.into(),
+            only,
         };
         let changed = rec.phase != new;
         rec.phase = new;
         if changed {
             let pod = rec.pod.clone();
             log(format!("{}/{}: {reason}: {message}", k.0, k.1));
-            self.event(&pod, "Warning", "Failed", message);
+            self.event(&pod, "Warning", event_reason, message);
             self.status_due.pods.insert(k.clone());
         }
     }
@@ -1378,12 +1498,18 @@ impl Worker {
                     rec.posted.as_ref(),
                     now(),
                 ),
-                Phase::Blocked { reason, message } => {
+                Phase::Blocked {
+                    reason,
+                    message,
+                    only,
+                } => {
+                    let about = |name: &str| only.is_empty() || only.iter().any(|o| o == name);
                     let mut obs = observe::observe(&rec.pod, &HashMap::new());
                     for c in obs
                         .containers
                         .iter_mut()
                         .chain(obs.init_containers.iter_mut())
+                        .filter(|c| about(&c.name))
                     {
                         c.state = podstatus::State::Waiting {
                             reason: reason.clone(),
@@ -1391,7 +1517,13 @@ impl Worker {
                     }
                     let mut st =
                         podstatus::build(&rec.pod, &obs, &addrs, rec.posted.as_ref(), now());
-                    for cs in st.container_statuses.iter_mut().flatten() {
+                    for cs in st
+                        .container_statuses
+                        .iter_mut()
+                        .flatten()
+                        .chain(st.init_container_statuses.iter_mut().flatten())
+                        .filter(|cs| about(&cs.name))
+                    {
                         if let Some(w) = cs.state.as_mut().and_then(|s| s.waiting.as_mut()) {
                             w.message = Some(message.clone());
                         }

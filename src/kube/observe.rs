@@ -2,7 +2,10 @@
 //! in, whether init containers are done, the phase. Pure; the properties come from systemd.
 
 use super::podstatus::{Observed, ObservedContainer, State};
+use crate::containerstate::{self, UnitFacts};
+use crate::generated::ContainerKind as Kind;
 use crate::naming;
+use crate::unitstate::ExitKind;
 use k8s_openapi::api::core::v1::Pod;
 use std::collections::HashMap;
 
@@ -25,13 +28,18 @@ pub struct UnitProps {
 }
 
 impl UnitProps {
-    fn ran(&self) -> bool {
-        self.exec_main_code != 0 || self.exec_main_start_us != 0
-    }
-    fn running(&self) -> bool {
-        (self.active_state == "active" && self.sub_state != "exited")
-            || self.active_state == "reloading"
-            || self.active_state == "deactivating"
+    /// What the container state depends on ([`crate::containerstate`]).
+    fn facts(&self) -> UnitFacts<'_> {
+        UnitFacts {
+            active_state: &self.active_state,
+            sub_state: &self.sub_state,
+            result: &self.result,
+            exit: ExitKind::from_code(self.exec_main_code),
+            exit_status: self.exec_main_status,
+            start_us: self.exec_main_start_us,
+            exit_us: self.exec_main_exit_us,
+            main_pid: self.main_pid,
+        }
     }
 }
 
@@ -42,34 +50,6 @@ pub fn all_stopped<'a>(units: impl IntoIterator<Item = &'a UnitProps>) -> bool {
         .all(|u| matches!(u.active_state.as_str(), "inactive" | "failed" | ""))
 }
 
-fn terminated(u: &UnitProps) -> State {
-    let (code, signal) = match u.exec_main_code {
-        2 | 3 => (128 + u.exec_main_status, Some(u.exec_main_status)),
-        _ => (u.exec_main_status, None),
-    };
-    let reason = if u.result == "oom-kill" {
-        "OOMKilled"
-    } else if code == 0 {
-        "Completed"
-    } else {
-        "Error"
-    };
-    State::Terminated {
-        exit_code: code,
-        signal,
-        reason: reason.into(),
-        started_us: u.exec_main_start_us,
-        finished_us: u.exec_main_exit_us,
-    }
-}
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Init,
-    Sidecar,
-    App,
-}
-
 fn container(
     name: &str,
     unit: &str,
@@ -77,54 +57,14 @@ fn container(
     u: &UnitProps,
     blocked: &str,
 ) -> ObservedContainer {
-    let (state, last_state) = match (u.active_state.as_str(), u.sub_state.as_str()) {
-        // Between two runs systemd waits RestartSec=; the kubelet calls that CrashLoopBackOff.
-        (_, "auto-restart") => (
-            State::Waiting {
-                reason: "CrashLoopBackOff".into(),
-            },
-            Some(terminated(u)),
-        ),
-        // A oneshot init container that finished (RemainAfterExit keeps it active/exited).
-        ("active", "exited") => (terminated(u), None),
-        ("activating", _) if kind == Kind::Init && u.main_pid != 0 => (
-            State::Running {
-                started_us: u.exec_main_start_us,
-            },
-            None,
-        ),
-        ("activating", _) => (
-            State::Waiting {
-                reason: "ContainerCreating".into(),
-            },
-            None,
-        ),
-        _ if u.running() => (
-            State::Running {
-                started_us: u.exec_main_start_us,
-            },
-            None,
-        ),
-        ("inactive" | "failed", _) if u.ran() => (terminated(u), None),
-        _ => (
-            State::Waiting {
-                reason: blocked.into(),
-            },
-            None,
-        ),
-    };
-    let ready = match &state {
-        State::Running { .. } => u.active_state == "active",
-        State::Terminated { exit_code, .. } => kind == Kind::Init && *exit_code == 0,
-        State::Waiting { .. } => false,
-    };
+    let d = containerstate::derive(&u.facts(), kind, blocked);
     ObservedContainer {
         name: name.to_string(),
         unit: unit.to_string(),
-        started: matches!(state, State::Running { .. }),
-        state,
-        last_state,
-        ready,
+        state: d.state,
+        last_state: d.last_state,
+        ready: d.ready,
+        started: d.started,
         restart_count: u.n_restarts,
     }
 }
@@ -355,7 +295,7 @@ mod tests {
         assert_eq!(
             o.containers[0].state,
             State::Running {
-                started_us: 13_000_000
+                started_at: 13_000_000
             }
         );
         assert!(o.init_containers[0].ready);

@@ -13,22 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
 /// A container's state as observed from its unit (µs timestamps since the epoch, 0 = unknown).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum State {
-    Waiting {
-        reason: String,
-    },
-    Running {
-        started_us: u64,
-    },
-    Terminated {
-        exit_code: i32,
-        signal: Option<i32>,
-        reason: String,
-        started_us: u64,
-        finished_us: u64,
-    },
-}
+pub use crate::containerstate::State;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObservedContainer {
@@ -86,9 +71,9 @@ fn state(s: &State) -> ContainerState {
             }),
             ..Default::default()
         },
-        State::Running { started_us } => ContainerState {
+        State::Running { started_at } => ContainerState {
             running: Some(ContainerStateRunning {
-                started_at: time_us(*started_us),
+                started_at: time_us(*started_at),
             }),
             ..Default::default()
         },
@@ -96,15 +81,15 @@ fn state(s: &State) -> ContainerState {
             exit_code,
             signal,
             reason,
-            started_us,
-            finished_us,
+            started_at,
+            finished_at,
         } => ContainerState {
             terminated: Some(ContainerStateTerminated {
                 exit_code: *exit_code,
                 signal: *signal,
                 reason: Some(reason.clone()),
-                started_at: time_us(*started_us),
-                finished_at: time_us(*finished_us),
+                started_at: time_us(*started_at),
+                finished_at: time_us(*finished_at),
                 container_id: None,
                 message: None,
             }),
@@ -463,8 +448,8 @@ mod tests {
             exit_code: code,
             signal: None,
             reason: if code == 0 { "Completed" } else { "Error" }.into(),
-            started_us: 1_700_000_000_000_000,
-            finished_us: 1_700_000_005_000_000,
+            started_at: 1_700_000_000_000_000,
+            finished_at: 1_700_000_005_000_000,
         }
     }
 
@@ -479,7 +464,7 @@ mod tests {
                 c(
                     "app",
                     State::Running {
-                        started_us: 1_700_000_006_000_000,
+                        started_at: 1_700_000_006_000_000,
                     },
                     true,
                     0,
@@ -487,7 +472,7 @@ mod tests {
                 c(
                     "side",
                     State::Running {
-                        started_us: 1_700_000_006_000_000,
+                        started_at: 1_700_000_006_000_000,
                     },
                     true,
                     0,
@@ -647,7 +632,7 @@ mod tests {
             init_containers: vec![c(
                 "init",
                 State::Running {
-                    started_us: 1_700_000_000_000_000,
+                    started_at: 1_700_000_000_000_000,
                 },
                 false,
                 0,

@@ -18,6 +18,9 @@ pub trait Units: Send + Sync {
     fn stop(&self, units: &[String], kill: bool) -> Result<(), String>;
     /// Blocks until systemd reports a unit change or `timeout` passes; true when something changed.
     fn wait_change(&self, timeout: Duration) -> bool;
+    /// Starts `argv` once as the transient unit `name` in the service manager's context (outside
+    /// podunit-sync's sandbox), without waiting for it; the unit is collected when done.
+    fn run_once(&self, name: &str, description: &str, argv: &[String]) -> Result<(), String>;
     /// Like [`Units::wait_change`], naming the units that changed when the edge can tell, so only
     /// their pods' status is recomputed.
     fn wait_changes(&self, timeout: Duration) -> Changes {
@@ -99,6 +102,31 @@ impl Units for Systemctl {
     fn wait_change(&self, timeout: Duration) -> bool {
         std::thread::sleep(timeout.min(self.period));
         true
+    }
+
+    fn run_once(&self, name: &str, description: &str, argv: &[String]) -> Result<(), String> {
+        let unit = format!("--unit={name}");
+        let desc = format!("--description={description}");
+        let mut args = vec![
+            unit.as_str(),
+            desc.as_str(),
+            "--collect",
+            "--no-block",
+            "--",
+        ];
+        args.extend(argv.iter().map(String::as_str));
+        let out = Command::new("systemd-run")
+            .args(&args)
+            .output()
+            .map_err(|e| format!("systemd-run: {e}"))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "systemd-run {name}: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ))
+        }
     }
 }
 
@@ -211,6 +239,12 @@ impl Units for Dbus {
             all.merge(one(c));
         }
         all
+    }
+
+    fn run_once(&self, name: &str, description: &str, argv: &[String]) -> Result<(), String> {
+        self.client
+            .run_transient(name, description, argv)
+            .map_err(|e| e.to_string())
     }
 }
 

@@ -51,27 +51,33 @@ pub struct Catalog {
 }
 
 impl Catalog {
-    /// Loads every manifest directory of `paths` (DESIGN.md §3).
+    /// Loads every manifest directory of `paths` (DESIGN.md §3). Files are read and parsed in
+    /// parallel; the catalog is the same, in the same order, as reading them one by one.
     pub fn load(paths: &Paths) -> Catalog {
         let mut c = Catalog::default();
+        let mut files = Vec::new();
         for (source, dir) in paths.manifest_dirs() {
             match discover::list_dir(&dir) {
-                Ok(files) => {
-                    for f in files {
-                        // Units and messages name the host path, not the test root's.
-                        let shown = Path::new("/").join(f.strip_prefix(&paths.root).unwrap_or(&f));
-                        if let Err(why) = discover::check_trusted(&paths.root, &dir, &f) {
-                            c.problems
-                                .push(Problem::error(&shown, format!("refused: {why}")));
-                            continue;
-                        }
-                        c.add_file_as(&f, &shown, source);
-                    }
-                }
+                Ok(found) => files.extend(found.into_iter().map(|f| (source, dir.clone(), f))),
                 Err(e) => c
                     .problems
                     .push(Problem::error(&dir, format!("cannot read directory: {e}"))),
             }
+        }
+        let parsed = crate::parallel::map(&files, |(source, dir, f)| {
+            // Units and messages name the host path, not the test root's.
+            let shown = Path::new("/").join(f.strip_prefix(&paths.root).unwrap_or(f));
+            let result = match discover::check_trusted(&paths.root, dir, f) {
+                Ok(()) => read_and_parse(f, &shown, *source),
+                Err(why) => (
+                    Vec::new(),
+                    vec![Problem::error(&shown, format!("refused: {why}"))],
+                ),
+            };
+            (shown, *source, result)
+        });
+        for (shown, source, (objects, problems)) in parsed {
+            c.add_parsed(&shown, source, objects, problems);
         }
         c.refuse_duplicates();
         c
@@ -104,24 +110,24 @@ impl Catalog {
 
     /// Reads `file` but names it `shown` in problems and units.
     pub fn add_file_as(&mut self, file: &Path, shown: &Path, source: Source) {
-        let text = match read_limited(file) {
-            Ok(t) => t,
-            Err(msg) => {
-                self.problems.push(Problem::error(shown, msg));
-                return;
-            }
-        };
-        self.add_text(shown, &text, source);
+        let (objects, problems) = read_and_parse(file, shown, source);
+        self.add_parsed(shown, source, objects, problems);
     }
 
     /// Parses manifest text as if read from `file`.
     pub fn add_text(&mut self, file: &Path, text: &str, source: Source) {
-        let unknown = if source == Source::Spool {
-            UnknownFields::Warn
-        } else {
-            UnknownFields::Error
-        };
-        let (objects, problems) = parse::parse(file, text, unknown);
+        let (objects, problems) = parse::parse(file, text, unknown_fields(source));
+        self.add_parsed(file, source, objects, problems);
+    }
+
+    /// Files a file's parsed objects and problems into the catalog.
+    fn add_parsed(
+        &mut self,
+        file: &Path,
+        source: Source,
+        objects: Vec<Object>,
+        problems: Vec<Problem>,
+    ) {
         self.problems.extend(problems);
         for o in objects {
             match o {
@@ -191,6 +197,24 @@ fn object_key(
         meta.namespace.clone().unwrap_or_else(|| "default".into()),
         meta.name.clone().unwrap_or_default(),
     )
+}
+
+/// Admin-written files are held to the schema; pods from an API server may be newer than it.
+fn unknown_fields(source: Source) -> UnknownFields {
+    if source == Source::Spool {
+        UnknownFields::Warn
+    } else {
+        UnknownFields::Error
+    }
+}
+
+/// Reads and parses `file`, naming it `shown`. No side effect on any catalog: files can be read
+/// in parallel.
+fn read_and_parse(file: &Path, shown: &Path, source: Source) -> (Vec<Object>, Vec<Problem>) {
+    match read_limited(file) {
+        Ok(text) => parse::parse(shown, &text, unknown_fields(source)),
+        Err(msg) => (Vec::new(), vec![Problem::error(shown, msg)]),
+    }
 }
 
 /// Reads at most [`discover::MAX_FILE_BYTES`]; a larger file is refused, not truncated.

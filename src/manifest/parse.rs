@@ -219,9 +219,16 @@ fn typed<T: DeserializeOwned>(
     let mut ignored = Vec::new();
     let result = {
         let mut record = |p: serde_ignored::Path<'_>| ignored.push(ignored_path(&p));
-        let de = serde_ignored::Deserializer::new(doc, &mut record);
-        serde_path_to_error::deserialize::<_, T>(de)
+        T::deserialize(serde_ignored::Deserializer::new(&doc, &mut record))
     };
+    // Tracking the path of every value costs as much as the rest of the deserialization: it is
+    // done again, only for a document that failed, to say where.
+    let result = result.map_err(
+        |first| match serde_path_to_error::deserialize::<_, T>(&doc) {
+            Err(e) => (e.path().to_string(), e.into_inner().to_string()),
+            Ok(_) => (".".to_string(), first.to_string()),
+        },
+    );
     for path in ignored {
         let p = if root.as_str().is_empty() {
             path
@@ -244,15 +251,14 @@ fn typed<T: DeserializeOwned>(
             }
             Some(v)
         }
-        Err(e) => {
-            let path = e.path().to_string();
+        Err((path, message)) => {
             let full = match (root.as_str().is_empty(), path == ".") {
                 (true, _) => path,
                 (false, true) => root.to_string(),
                 (false, false) => format!("{root}.{path}"),
             };
             problems.push(
-                Problem::error(file, one_line(&e.into_inner().to_string()))
+                Problem::error(file, one_line(&message))
                     .at(full)
                     .pod_opt(who.clone()),
             );

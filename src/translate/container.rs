@@ -27,6 +27,8 @@ pub struct PodContext<'a> {
 
 pub struct Built {
     pub unit: UnitFile,
+    /// `unit` rendered: translation renders each unit once, and the writer writes this text.
+    pub text: String,
     pub env_file: Option<EnvFilePlan>,
     pub warnings: Vec<Fault>,
 }
@@ -318,13 +320,37 @@ fn one(
         faults.push(f);
     }
 
-    // Volumes.
+    // Volumes. A subPath is checked (no symlinks) and created at every start, before systemd
+    // binds it, as the kubelet does.
+    for (volume, sub) in volumes::sub_paths(c, &ctx.plan.volumes) {
+        svc.add(
+            "ExecStartPre",
+            Value::PrivilegedExec(vec![
+                Arg::text(ctx.node.podunit_bin.as_str()),
+                Arg::text("subpath"),
+                Arg::text(volume),
+                Arg::text(sub),
+            ]),
+        );
+    }
     match volumes::binds(c, &ctx.plan.volumes, path) {
         Ok(binds) => {
-            for (src, dst, ro) in binds {
+            for b in binds {
+                let key = if b.read_only {
+                    "BindReadOnlyPaths"
+                } else {
+                    "BindPaths"
+                };
+                // systemd sets up the mount namespace for ExecStartPre= too, before the
+                // subPath exists: `-` lets it skip the missing source there; the container's
+                // own namespace is set up after ExecStartPre= made it.
                 svc.add(
-                    if ro { "BindReadOnlyPaths" } else { "BindPaths" },
-                    Value::Bind(src, dst),
+                    key,
+                    if b.sub_path {
+                        Value::OptionalBind(b.source, b.destination)
+                    } else {
+                        Value::Bind(b.source, b.destination)
+                    },
                 );
             }
         }
@@ -367,14 +393,15 @@ fn one(
         return Err(faults);
     }
     // Check that every untrusted value encodes now, so a bad one is a located fault, not a failed write.
-    if let Err(e) = u.render() {
-        return Err(vec![Fault::new(
+    let text = u.render().map_err(|e| {
+        vec![Fault::new(
             path.to_string(),
             format!("{}= cannot be written safely: {}", e.key, e.error),
-        )]);
-    }
+        )]
+    })?;
     Ok(Built {
         unit: u,
+        text,
         env_file: cenv.file,
         warnings,
     })

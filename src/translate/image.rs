@@ -16,7 +16,7 @@ pub enum ImageRoot {
 
 /// Looks references up on the host. The generator's implementation reads the filesystem; tests use
 /// a table.
-pub trait ImageResolver {
+pub trait ImageResolver: Sync {
     /// Whether `path` is a directory, a regular file, or absent.
     fn probe(&self, path: &str) -> Probe;
     /// References that mean the host (`host` and the node's configured aliases).

@@ -43,6 +43,9 @@ pub struct NodeFacts {
     pub private_network: bool,
     /// systemd is new enough (254+) for `RestartSteps=`/`RestartMaxDelaySec=`.
     pub restart_steps: bool,
+    /// The `podunit` binary the pod unit runs for `pod-prepare`/`pod-cleanup`: where this
+    /// installation put it (see [`crate::generate::installed_podunit_bin`]).
+    pub podunit_bin: String,
 }
 
 impl Default for NodeFacts {
@@ -53,6 +56,7 @@ impl Default for NodeFacts {
             memory_bytes: 1 << 30,
             private_network: false,
             restart_steps: false,
+            podunit_bin: Paths::PODUNIT_BIN.to_string(),
         }
     }
 }
@@ -60,7 +64,7 @@ impl Default for NodeFacts {
 /// A file in the generated tree: a unit, a symlink, or a plan.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Output {
-    Unit(UnitFile),
+    Unit(Rendered),
     /// `link` (relative to the output dir) -> `target`.
     Symlink {
         link: String,
@@ -71,6 +75,35 @@ pub enum Output {
         path: String,
         content: String,
     },
+}
+
+/// A unit and its text. Translation renders every unit once, which also proves that every
+/// untrusted value in it encodes; writers write `text`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rendered {
+    pub unit: UnitFile,
+    pub text: String,
+}
+
+impl Rendered {
+    /// Renders `unit`; a value that cannot be written safely is a fault at `path`.
+    fn new(unit: UnitFile, path: &str) -> Result<Rendered, Fault> {
+        match unit.render() {
+            Ok(text) => Ok(Rendered { unit, text }),
+            Err(e) => Err(Fault::new(
+                path,
+                format!("{}= cannot be written safely: {}", e.key, e.error),
+            )),
+        }
+    }
+}
+
+impl std::ops::Deref for Rendered {
+    type Target = UnitFile;
+
+    fn deref(&self) -> &UnitFile {
+        &self.unit
+    }
 }
 
 /// Everything one pod becomes.
@@ -185,7 +218,9 @@ pub fn translate(
     if let Err(f) = resources::apply(sl, spec.resources.as_ref(), "spec.resources") {
         return Err(vec![fault(f)]);
     }
-    outputs.push(Output::Unit(s));
+    outputs.push(Output::Unit(
+        Rendered::new(s, "spec.resources").map_err(|f| vec![fault(f)])?,
+    ));
 
     // The pod unit: prepares the pod's files when it starts, removes runtime files when it stops.
     let mut p = UnitFile::new(pod_unit.clone());
@@ -196,13 +231,18 @@ pub fn translate(
     u.add("SourcePath", Value::Path(source.clone()));
     u.trusted("After", "network.target");
     u.trusted("PartOf", naming::TARGET);
+    // Starting the pod starts its containers. A `Wants=` line does what a `.wants/` link does,
+    // without a directory and a symlink per container in a tree systemd reads at every reload.
+    for c in &containers {
+        u.trusted("Wants", c.unit.name.clone());
+    }
     u.add("X-PodunitPod", Value::Plain(format!("{ns}/{name}")));
     u.add("X-PodunitUid", Value::Plain(uid.to_string()));
     let svc = p.section("Service");
     svc.trusted("Type", "oneshot");
     svc.trusted("RemainAfterExit", "yes");
     svc.trusted("Slice", slice.clone());
-    let bin = escape_arg(Paths::PODUNIT_BIN);
+    let bin = escape_arg(&node.podunit_bin);
     svc.add(
         "ExecStart",
         Value::Exec(vec![
@@ -223,7 +263,9 @@ pub fn translate(
         "LogExtraFields",
         Value::LogFields(container::log_fields(ns, name, uid, None)),
     );
-    outputs.push(Output::Unit(p));
+    outputs.push(Output::Unit(
+        Rendered::new(p, "metadata").map_err(|f| vec![fault(f)])?,
+    ));
     outputs.push(Output::Symlink {
         link: format!("{}.wants/{pod_unit}", naming::TARGET),
         target: format!("../{pod_unit}"),
@@ -231,11 +273,10 @@ pub fn translate(
 
     let mut warnings = Vec::new();
     for c in containers {
-        outputs.push(Output::Symlink {
-            link: format!("{pod_unit}.wants/{}", c.unit.name),
-            target: format!("../{}", c.unit.name),
-        });
-        outputs.push(Output::Unit(c.unit));
+        outputs.push(Output::Unit(Rendered {
+            unit: c.unit,
+            text: c.text,
+        }));
         warnings.extend(c.warnings.into_iter().map(|f: Fault| {
             Problem::warning(&entry.file, f.message)
                 .pod(entry.key())

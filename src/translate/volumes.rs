@@ -252,12 +252,30 @@ fn downward_item(
     })
 }
 
-/// The bind entries of a container: (source, destination, read-only).
-pub fn binds(
-    ctr: &Container,
-    plans: &[VolumePlan],
-    path: &str,
-) -> Result<Vec<(String, String, bool)>, Fault> {
+/// The (volume directory, subPath) of each of the container's mounts that has a subPath.
+pub fn sub_paths(ctr: &Container, plans: &[VolumePlan]) -> Vec<(String, String)> {
+    ctr.volume_mounts
+        .iter()
+        .flatten()
+        .filter_map(|m| {
+            let sp = m.sub_path.as_deref().filter(|s| !s.is_empty())?;
+            let plan = plans.iter().find(|p| p.name == m.name)?;
+            Some((plan.path.clone(), sp.trim_matches('/').to_string()))
+        })
+        .collect()
+}
+
+/// A container's view of one volume mount.
+pub struct Bind {
+    pub source: String,
+    pub destination: String,
+    pub read_only: bool,
+    /// A subPath mount: its source is made (and checked) when the container starts.
+    pub sub_path: bool,
+}
+
+/// The bind entries of a container.
+pub fn binds(ctr: &Container, plans: &[VolumePlan], path: &str) -> Result<Vec<Bind>, Fault> {
     let mut out = Vec::new();
     for (i, m) in ctr
         .volume_mounts
@@ -273,21 +291,23 @@ pub fn binds(
             ));
         };
         let mut source = plan.path.clone();
-        if let Some(sp) = m.sub_path.as_deref().filter(|s| !s.is_empty()) {
+        let sub = m.sub_path.as_deref().filter(|s| !s.is_empty());
+        if let Some(sp) = sub {
             source = format!("{}/{}", source.trim_end_matches('/'), sp.trim_matches('/'));
         }
         // The kubelet always mounts configMap, secret, downwardAPI and projected volumes read-only.
         let always_ro = matches!(plan.kind, VolumeKind::Files { .. });
         let mount = m.mount_path.trim_end_matches('/');
-        out.push((
+        out.push(Bind {
             source,
-            if mount.is_empty() {
+            destination: if mount.is_empty() {
                 "/".into()
             } else {
                 mount.to_string()
             },
-            always_ro || m.read_only == Some(true),
-        ));
+            read_only: always_ro || m.read_only == Some(true),
+            sub_path: sub.is_some(),
+        });
     }
     Ok(out)
 }

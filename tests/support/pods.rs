@@ -143,3 +143,15 @@ pub fn known_units(m: &Machine, ns: &str, pod: &str) -> Vec<String> {
         .filter_map(|l| l.split_whitespace().next().map(str::to_string))
         .collect()
 }
+
+/// The podunit units systemd lists as failed, one per line (empty: none).
+pub fn failed_podunit_units(m: &Machine) -> String {
+    let out = m.systemctl(&[
+        "list-units",
+        "--failed",
+        "--no-legend",
+        "--plain",
+        "podunit*",
+    ]);
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}

@@ -60,6 +60,10 @@ pub struct Config {
     pub watch_timeout: Duration,
     /// Append a JSON line per request here (method, path, query, user, code, time).
     pub access_log: Option<PathBuf>,
+    /// The shortest `expirationSeconds` a TokenRequest may ask for. The real API server's minimum
+    /// is 600 (the default here); lowering it is a test-only knob, so that token refresh at 80 % of
+    /// the lifetime can be watched without waiting minutes. Requests below it still get `422`.
+    pub min_token_expiration_seconds: i64,
 }
 
 impl Config {
@@ -73,6 +77,7 @@ impl Config {
             bookmark_interval: Duration::from_secs(60),
             watch_timeout: Duration::from_secs(1800),
             access_log: None,
+            min_token_expiration_seconds: 600,
         }
     }
 
@@ -88,6 +93,12 @@ impl Config {
 
     pub fn bookmark_interval(mut self, d: Duration) -> Config {
         self.bookmark_interval = d;
+        self
+    }
+
+    /// Test-only: accept TokenRequests down to `seconds` (the real minimum is 600).
+    pub fn min_token_expiration_seconds(mut self, seconds: i64) -> Config {
+        self.min_token_expiration_seconds = seconds;
         self
     }
 
@@ -144,6 +155,7 @@ impl FakeApiServer {
         }
         api.bookmark_interval = config.bookmark_interval;
         api.watch_timeout = config.watch_timeout;
+        api.min_token_expiration_seconds = config.min_token_expiration_seconds;
         let api = Arc::new(api);
         api.bootstrap();
         let port = match config.port {

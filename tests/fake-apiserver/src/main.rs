@@ -7,7 +7,7 @@ use std::time::Duration;
 const USAGE: &str =
     "usage: fake-apiserver --dir DIR [--port N] [--node NAME]... [--state-file FILE]
                       [--history-window N] [--bookmark-interval-ms MS] [--watch-timeout-s S]
-                      [--access-log FILE]
+                      [--access-log FILE] [--min-token-expiration-s S]
 
 A test double of the Kubernetes API server (only what podunit uses). Listens on 127.0.0.1,
 writes ca.crt, admin.kubeconfig, admin.token, node-NAME.kubeconfig (token),
@@ -38,6 +38,12 @@ fn parse(args: &[String]) -> Result<Config, String> {
                     .parse()
                     .map_err(|e| format!("--bookmark-interval-ms: {e}"))?;
                 config.bookmark_interval = Duration::from_millis(ms);
+            }
+            // Test-only: the real API server refuses TokenRequests shorter than 600 s.
+            "--min-token-expiration-s" => {
+                config.min_token_expiration_seconds = val()?
+                    .parse()
+                    .map_err(|e| format!("--min-token-expiration-s: {e}"))?
             }
             "--watch-timeout-s" => {
                 let s = val()?
