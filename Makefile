@@ -3,7 +3,7 @@ CARGO ?= cargo
 PREFIX ?= /usr
 DESTDIR ?=
 
-.PHONY: all build release test test-unit test-e2e rootfs lint fmt bench bench-generator demo deb rpm install uninstall fuzz fake-apiserver
+.PHONY: all build release test test-unit test-e2e rootfs lint fmt bench bench-generator bench-reload bench-cluster demo deb rpm install uninstall fuzz fake-apiserver
 
 all: build
 
@@ -89,7 +89,7 @@ uninstall:
 	DESTDIR="$(DESTDIR)" PREFIX="$(PREFIX)" packaging/install.sh uninstall
 
 # Benchmarks (never timed tests). Reload-to-running on a real systemd: needs root and systemd-nspawn.
-bench: bench-generator bench-reload
+bench: bench-generator bench-reload bench-cluster
 
 # The release generator as a process on 1 to 10000 pods: wall time and peak RSS (docs/benchmarks.md).
 # BENCH_RUNS=N changes the runs per size.
@@ -99,6 +99,11 @@ bench-generator:
 
 bench-reload: rootfs
 	$(CARGO) test --release --test bench_reload
+
+# Cluster mode, 110 pods created at once in the API server double: create -> running -> status
+# posted (p50/p99/max), then podunit-sync's RSS and CPU while idle (BENCH_IDLE_SECS, default 60).
+bench-cluster: rootfs
+	$(CARGO) test --release --test bench_cluster
 
 # Fuzzing, separate from `make test`: runs every target under fuzz/ for FUZZ_TIME seconds each.
 # cargo-fuzz needs a nightly toolchain (sanitizers); without one, use the stable toolchain with

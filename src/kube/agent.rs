@@ -18,7 +18,7 @@ use super::client::{self, ApiError, Client, DeleteOptions, ListParams};
 use super::observe::{self, UnitProps};
 use super::podstatus::{self, NodeAddrs};
 use super::spool::{self, Spool};
-use super::units::Units;
+use super::units::{Changes, Units};
 use super::watch::Event;
 use super::{mirror, node, token};
 use crate::config::ClusterTiming;
@@ -29,7 +29,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, PodStatus, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
@@ -243,8 +243,8 @@ pub enum Msg {
     Sync(Vec<Pod>),
     Upsert(Box<Pod>),
     Deleted(Box<Pod>),
-    /// systemd reported a unit change.
-    UnitsChanged,
+    /// systemd reported unit changes.
+    UnitsChanged(Changes),
 }
 
 /// Lists and watches this node's pods until stopped.
@@ -344,7 +344,8 @@ pub fn watch_loop(client: Client, cfg: AgentConfig, shared: Arc<Shared>, tx: Sen
 /// Forwards systemd's change notifications to the worker.
 pub fn unit_watch_loop(units: Arc<dyn Units>, shared: Arc<Shared>, tx: Sender<Msg>) {
     while !shared.stopping() {
-        if units.wait_change(Duration::from_secs(1)) && tx.send(Msg::UnitsChanged).is_err() {
+        let changes = units.wait_changes(Duration::from_secs(1));
+        if changes != Changes::None && tx.send(Msg::UnitsChanged(changes)).is_err() {
             return;
         }
     }
@@ -378,6 +379,20 @@ struct PodRec {
     /// token file path -> when to refresh it
     tokens: HashMap<String, Timestamp>,
     event_sent: bool,
+    /// Hash of the spool text that last passed validation: the periodic re-admission skips the
+    /// generator run when nothing changed.
+    validated: Option<u64>,
+    /// The resourceVersions of the ConfigMaps and Secrets it was last spooled with: the periodic
+    /// refresh leaves the pod alone while they are the same.
+    refs_seen: Option<String>,
+}
+
+/// ConfigMaps and Secrets read during one batch of work (a burst of new pods, a refresh round), so
+/// 110 pods using `kube-root-ca.crt` mean one GET, not 110. `None`: not found.
+#[derive(Default)]
+struct RefCache {
+    config_maps: HashMap<(String, String), Option<ConfigMap>>,
+    secrets: HashMap<(String, String), Option<Secret>>,
 }
 
 /// A static pod and its mirror (keyed by the static pod's namespace and name).
@@ -386,6 +401,31 @@ struct MirrorRec {
     mirror_name: String,
     static_pod: Pod,
     posted: Option<PodStatus>,
+}
+
+/// Whose status is to be recomputed: asking systemd about every pod on every unit change would
+/// cost each change a few D-Bus round trips per pod.
+#[derive(Debug, Default)]
+struct Due {
+    all: bool,
+    pods: BTreeSet<(String, String)>,
+}
+
+impl Due {
+    fn everything() -> Due {
+        Due {
+            all: true,
+            pods: BTreeSet::new(),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        !self.all && self.pods.is_empty()
+    }
+
+    fn has(&self, k: &(String, String)) -> bool {
+        self.all || self.pods.contains(k)
+    }
 }
 
 /// The worker's state.
@@ -406,11 +446,47 @@ pub struct Worker {
     api_backoff: Backoff,
     last_refresh: Instant,
     last_mirror_scan: Option<Instant>,
-    status_due: bool,
+    /// Pods whose status to recompute at the next tick.
+    status_due: Due,
+    /// Set while a batch of work runs; see [`RefCache`].
+    ref_cache: Option<RefCache>,
+    /// Set during the periodic refresh of referenced objects.
+    refreshing: bool,
     /// Volume refreshes started (names their transient units).
     refresh_runs: u64,
     /// How many daemon-reloads were asked for (tests and benchmarks read it).
     pub reloads: u64,
+}
+
+/// The static pods (/etc/pods.d, /run/pods.d) as the generator loads them, without parsing the
+/// spool: re-reading every API pod's manifest at each mirror scan was most of the idle CPU. A
+/// static pod whose name a spool file also has is refused by the generator (defined twice), so it
+/// is left out here too, as are static pods defined twice.
+fn static_catalog(paths: &Paths, spooled: &BTreeSet<(String, String)>) -> crate::manifest::Catalog {
+    use crate::manifest::discover;
+    let mut c = crate::manifest::Catalog::default();
+    for (source, dir) in paths.manifest_dirs() {
+        if !source.is_static() {
+            continue;
+        }
+        for f in discover::list_dir(&dir).unwrap_or_default() {
+            let shown = std::path::Path::new("/").join(f.strip_prefix(&paths.root).unwrap_or(&f));
+            if discover::check_trusted(&paths.root, &dir, &f).is_ok() {
+                c.add_file_as(&f, &shown, source);
+            }
+        }
+    }
+    let mut count: BTreeMap<(String, String), usize> = BTreeMap::new();
+    for e in &c.pods {
+        *count
+            .entry((e.namespace().to_string(), e.name().to_string()))
+            .or_default() += 1;
+    }
+    c.pods.retain(|e| {
+        let k = (e.namespace().to_string(), e.name().to_string());
+        count[&k] == 1 && !spooled.contains(&k)
+    });
+    c
 }
 
 fn key_of(p: &Pod) -> (String, String) {
@@ -454,7 +530,9 @@ impl Worker {
             ),
             last_refresh: Instant::now(),
             last_mirror_scan: None,
-            status_due: true,
+            status_due: Due::everything(),
+            ref_cache: None,
+            refreshing: false,
             refresh_runs: 0,
             reloads: 0,
         })
@@ -495,11 +573,13 @@ impl Worker {
         while !self.shared.stopping() {
             match rx.recv_timeout(tick) {
                 Ok(m) => {
+                    self.ref_cache = Some(RefCache::default());
                     self.handle(m);
                     // Drain what is queued so a burst becomes one reload.
                     while let Ok(m) = rx.try_recv() {
                         self.handle(m);
                     }
+                    self.ref_cache = None;
                 }
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => return,
@@ -513,7 +593,7 @@ impl Worker {
             Msg::Sync(list) => self.sync(list),
             Msg::Upsert(p) => self.upsert(*p),
             Msg::Deleted(p) => self.gone(&p),
-            Msg::UnitsChanged => self.status_due = true,
+            Msg::UnitsChanged(c) => self.units_changed(c),
         }
     }
 
@@ -528,7 +608,7 @@ impl Worker {
             if let Err(e) = self.units.reload() {
                 log(format!("reload: {e}"));
             }
-            self.status_due = true;
+            self.status_due.all = true;
         }
         let refresh = Duration::from_secs(self.cfg.timing.object_refresh_seconds.max(1));
         if self.api_ok() && self.last_refresh.elapsed() >= refresh {
@@ -539,9 +619,12 @@ impl Worker {
             self.refresh_tokens();
             self.progress_terminations();
             self.scan_mirrors();
-            if self.status_due {
-                self.status_due = false;
-                self.post_statuses();
+            // While a reload is pending, statuses wait for it: posting them first would delay the
+            // reload (and every pod's start) by a round of D-Bus reads and PATCHes, only to say
+            // ContainerCreating, which the next round says again after the reload.
+            if !self.status_due.is_empty() && self.dirty_since.is_none() {
+                let due = std::mem::take(&mut self.status_due);
+                self.post_statuses(due);
             }
         }
     }
@@ -580,7 +663,7 @@ impl Worker {
             }
             self.upsert(p);
         }
-        self.status_due = true;
+        self.status_due.all = true;
     }
 
     fn stop_units_of_file(&self, k: &(String, String)) {
@@ -590,7 +673,7 @@ impl Worker {
         }
     }
 
-    fn upsert(&mut self, pod: Pod) {
+    fn upsert(&mut self, mut pod: Pod) {
         if mirror::is_mirror(&pod) {
             self.api_mirrors.insert(key_of(&pod), pod);
             self.last_mirror_scan = None;
@@ -604,11 +687,14 @@ impl Worker {
             self.forget(&k, true);
         }
         let terminating = pod.metadata.deletion_timestamp.is_some();
+        // Kept per pod for as long as it runs: the API's copy of the status is only the first
+        // `posted` (status is computed from the units), managedFields never used.
+        let api_status = pod.status.take();
+        pod.metadata.managed_fields = None;
         if let Some(rec) = self.pods.get_mut(&k) {
             let same_spec = rec.pod.spec == pod.spec
                 && rec.pod.metadata.labels == pod.metadata.labels
                 && rec.pod.metadata.annotations == pod.metadata.annotations;
-            let api_status = pod.status.clone();
             rec.pod = pod;
             if rec.posted.is_none() {
                 rec.posted = api_status;
@@ -623,7 +709,7 @@ impl Worker {
                 return;
             }
         } else {
-            let posted = pod.status.clone();
+            let posted = api_status;
             let phase_done = matches!(
                 posted.as_ref().and_then(|s| s.phase.as_deref()),
                 Some("Succeeded" | "Failed")
@@ -637,6 +723,8 @@ impl Worker {
                     posted,
                     tokens: HashMap::new(),
                     event_sent: false,
+                    validated: None,
+                    refs_seen: None,
                 },
             );
             if terminating {
@@ -670,9 +758,33 @@ impl Worker {
             // The API server is unreachable: leave whatever the spool has.
             Err(None) => return,
         };
+        let seen: String = cms
+            .iter()
+            .map(|c| &c.metadata)
+            .chain(secrets.iter().map(|s| &s.metadata))
+            .map(|m| {
+                format!(
+                    "{}@{} ",
+                    m.name.as_deref().unwrap_or_default(),
+                    m.resource_version.as_deref().unwrap_or_default()
+                )
+            })
+            .collect();
+        let file = spool::file_name(&k.0, &k.1);
         // Checked before a pod is first spooled: an image removed from the store later does not
         // touch a pod that already runs, as the kubelet leaves running containers alone.
-        let in_spool = self.spool.dir.join(spool::file_name(&k.0, &k.1)).exists();
+        let in_spool = self.spool.dir.join(&file).exists();
+        if self.refreshing
+            && in_spool
+            && self
+                .pods
+                .get(k)
+                .is_some_and(|r| r.phase == Phase::Active && r.refs_seen.as_ref() == Some(&seen))
+        {
+            // Nothing it uses changed since it was spooled: the text would be the same (tokens
+            // are renewed by refresh_tokens).
+            return;
+        }
         if !in_spool && let Some((containers, message)) = self.missing_images(&pod) {
             // podunit never pulls: an image not on this host is the kubelet's imagePullPolicy
             // Never case. The pod waits (retried: the image may be put into the store) instead
@@ -681,9 +793,20 @@ impl Worker {
             return;
         }
         let text = spool::render(&pod, &cms, &secrets);
-        if let Err(msg) = self.validate(k, &text) {
-            self.reject(k, "InvalidPod", &msg);
-            return;
+        let hash = {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            text.hash(&mut h);
+            h.finish()
+        };
+        if self.pods.get(k).and_then(|r| r.validated) != Some(hash) {
+            if let Err(msg) = self.validate(k, &text) {
+                self.reject(k, "InvalidPod", &msg);
+                return;
+            }
+            if let Some(rec) = self.pods.get_mut(k) {
+                rec.validated = Some(hash);
+            }
         }
         let new_tokens = match self.issue_tokens(k) {
             Ok(n) => n,
@@ -694,10 +817,7 @@ impl Worker {
                 return;
             }
         };
-        let spooled = match self
-            .spool
-            .put(&spool::file_name(&k.0, &k.1), text.as_bytes())
-        {
+        let spooled = match self.spool.put(&file, text.as_bytes()) {
             Ok(changed) => changed,
             Err(e) => {
                 log(format!("{}/{}: writing the spool: {e}", k.0, k.1));
@@ -713,8 +833,9 @@ impl Worker {
         }
         if let Some(rec) = self.pods.get_mut(k) {
             rec.phase = Phase::Active;
+            rec.refs_seen = Some(seen);
         }
-        self.status_due = true;
+        self.status_due.pods.insert(k.clone());
     }
 
     /// The containers whose image is neither the host, a root directory or image file, nor in the
@@ -800,10 +921,30 @@ impl Worker {
         let refs = spool::refs(spec);
         let mut cms = Vec::new();
         for (name, optional) in &refs.config_maps {
-            match self
-                .client
-                .get::<ConfigMap>(&client::path::<ConfigMap>(Some(&ns), Some(name)))
+            let key = (ns.clone(), name.clone());
+            let got = match self
+                .ref_cache
+                .as_ref()
+                .and_then(|c| c.config_maps.get(&key))
             {
+                Some(Some(c)) => Ok(c.clone()),
+                Some(None) => Err(ApiError::Status {
+                    code: 404,
+                    reason: "NotFound".into(),
+                    message: String::new(),
+                }),
+                None => self
+                    .client
+                    .get::<ConfigMap>(&client::path::<ConfigMap>(Some(&ns), Some(name))),
+            };
+            if let Some(cache) = self.ref_cache.as_mut() {
+                match &got {
+                    Ok(c) => _ = cache.config_maps.insert(key, Some(c.clone())),
+                    Err(e) if e.is_not_found() => _ = cache.config_maps.insert(key, None),
+                    Err(_) => {}
+                }
+            }
+            match got {
                 Ok(c) => cms.push(c),
                 Err(e) if e.is_not_found() && *optional => {}
                 Err(e) if e.is_not_found() => {
@@ -820,10 +961,26 @@ impl Worker {
         }
         let mut secs = Vec::new();
         for (name, optional) in &refs.secrets {
-            match self
-                .client
-                .get::<Secret>(&client::path::<Secret>(Some(&ns), Some(name)))
-            {
+            let key = (ns.clone(), name.clone());
+            let got = match self.ref_cache.as_ref().and_then(|c| c.secrets.get(&key)) {
+                Some(Some(s)) => Ok(s.clone()),
+                Some(None) => Err(ApiError::Status {
+                    code: 404,
+                    reason: "NotFound".into(),
+                    message: String::new(),
+                }),
+                None => self
+                    .client
+                    .get::<Secret>(&client::path::<Secret>(Some(&ns), Some(name))),
+            };
+            if let Some(cache) = self.ref_cache.as_mut() {
+                match &got {
+                    Ok(s) => _ = cache.secrets.insert(key, Some(s.clone())),
+                    Err(e) if e.is_not_found() => _ = cache.secrets.insert(key, None),
+                    Err(_) => {}
+                }
+            }
+            match got {
                 Ok(s) => secs.push(s),
                 Err(e) if e.is_not_found() && *optional => {}
                 Err(e) if e.is_not_found() => {
@@ -980,12 +1137,16 @@ impl Worker {
             .filter(|(_, r)| matches!(r.phase, Phase::Active | Phase::Blocked { .. }))
             .map(|(k, _)| k.clone())
             .collect();
+        self.ref_cache = Some(RefCache::default());
+        self.refreshing = true;
         for k in keys {
             if !self.api_ok() {
-                return;
+                break;
             }
             self.admit(&k);
         }
+        self.refreshing = false;
+        self.ref_cache = None;
     }
 
     fn reject(&mut self, k: &(String, String), reason: &str, message: &str) {
@@ -1051,7 +1212,7 @@ impl Worker {
             let pod = rec.pod.clone();
             log(format!("{}/{}: {reason}: {message}", k.0, k.1));
             self.event(&pod, "Warning", event_reason, message);
-            self.status_due = true;
+            self.status_due.pods.insert(k.clone());
         }
     }
 
@@ -1272,13 +1433,57 @@ impl Worker {
         }
     }
 
-    fn post_statuses(&mut self) {
-        let keys: Vec<(String, String)> = self.pods.keys().cloned().collect();
+    /// Marks the pods (and static pods) that own the changed units.
+    fn units_changed(&mut self, c: Changes) {
+        let changed = match c {
+            Changes::None => return,
+            Changes::All => {
+                self.status_due.all = true;
+                return;
+            }
+            Changes::Units(u) => u,
+        };
+        if self.status_due.all {
+            return;
+        }
+        let owns = |pod: &Pod| observe::pod_units(pod).iter().any(|u| changed.contains(u));
+        let pods = self
+            .pods
+            .iter()
+            .filter(|(_, r)| owns(&r.pod))
+            .map(|(k, _)| k);
+        let statics = self
+            .mirrors
+            .iter()
+            .filter(|(_, m)| owns(&m.static_pod))
+            .map(|(k, _)| k);
+        let keys: Vec<(String, String)> = pods.chain(statics).cloned().collect();
+        self.status_due.pods.extend(keys);
+    }
+
+    fn post_statuses(&mut self, due: Due) {
+        let keys: Vec<(String, String)> = if due.all {
+            self.pods.keys().cloned().collect()
+        } else {
+            due.pods
+                .iter()
+                .filter(|k| self.pods.contains_key(*k))
+                .cloned()
+                .collect()
+        };
         let addrs = self.node_addrs();
-        for k in keys {
+        for (i, k) in keys.iter().enumerate() {
+            let k = k.clone();
             if !self.api_ok() {
                 // Try again once the API server is back.
-                self.status_due = true;
+                self.status_due.pods.extend(keys[i..].iter().cloned());
+                self.status_due.pods.extend(
+                    self.mirrors
+                        .keys()
+                        .filter(|k| due.has(k))
+                        .cloned()
+                        .collect::<Vec<_>>(),
+                );
                 return;
             }
             let Some(rec) = self.pods.get(&k) else {
@@ -1331,6 +1536,7 @@ impl Worker {
                         Ok(p) => p,
                         Err(e) => {
                             log(format!("{}/{}: {e}", k.0, k.1));
+                            self.status_due.pods.insert(k);
                             continue;
                         }
                     };
@@ -1339,10 +1545,10 @@ impl Worker {
                 }
             };
             if !self.post_status(&k, st) {
-                self.status_due = true;
+                self.status_due.pods.insert(k);
             }
         }
-        self.post_mirror_statuses(&addrs);
+        self.post_mirror_statuses(&addrs, &due);
     }
 
     // -- mirror pods -----------------------------------------------------------------------------
@@ -1376,10 +1582,17 @@ impl Worker {
         let Some(node_uid) = self.shared.node_uid.lock().unwrap().clone() else {
             return;
         };
-        let catalog = crate::manifest::Catalog::load(&self.cfg.paths);
+        let spooled: BTreeSet<(String, String)> = self
+            .spool
+            .list()
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|f| spool::parse_file_name(f))
+            .collect();
+        let catalog = static_catalog(&self.cfg.paths, &spooled);
         let mut wanted = std::collections::BTreeSet::new();
         let mut statics = BTreeMap::new();
-        for e in catalog.pods.iter().filter(|e| e.source.is_static()) {
+        for e in &catalog.pods {
             if self.cfg.policy.local == policy::Local::Enforce
                 && policy::check(&e.pod, &self.cfg.policy).is_err()
             {
@@ -1437,6 +1650,7 @@ impl Worker {
                     }
                 }
             }
+            self.status_due.pods.insert(k.clone());
             let rec = self.mirrors.entry(k).or_insert_with(|| MirrorRec {
                 hash: hash.clone(),
                 mirror_name: mirror_name.clone(),
@@ -1448,15 +1662,20 @@ impl Worker {
                 rec.static_pod = static_pod;
                 rec.posted = None;
             }
-            self.status_due = true;
         }
     }
 
-    fn post_mirror_statuses(&mut self, addrs: &NodeAddrs) {
-        let keys: Vec<(String, String)> = self.mirrors.keys().cloned().collect();
+    fn post_mirror_statuses(&mut self, addrs: &NodeAddrs, due: &Due) {
+        let keys: Vec<(String, String)> = self
+            .mirrors
+            .keys()
+            .filter(|k| due.has(k))
+            .cloned()
+            .collect();
         for k in keys {
             if !self.api_ok() {
-                return;
+                self.status_due.pods.insert(k);
+                continue;
             }
             let Some(m) = self.mirrors.get(&k) else {
                 continue;

@@ -5,7 +5,7 @@
 //! without touching the loops.
 
 use super::observe::{self, UnitProps};
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::process::Command;
 use std::time::Duration;
 
@@ -21,6 +21,37 @@ pub trait Units: Send + Sync {
     /// Starts `argv` once as the transient unit `name` in the service manager's context (outside
     /// podunit-sync's sandbox), without waiting for it; the unit is collected when done.
     fn run_once(&self, name: &str, description: &str, argv: &[String]) -> Result<(), String>;
+    /// Like [`Units::wait_change`], naming the units that changed when the edge can tell, so only
+    /// their pods' status is recomputed.
+    fn wait_changes(&self, timeout: Duration) -> Changes {
+        if self.wait_change(timeout) {
+            Changes::All
+        } else {
+            Changes::None
+        }
+    }
+}
+
+/// What systemd reported during one wait.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Changes {
+    /// Nothing.
+    None,
+    /// Any unit may have changed (a reload, or an edge that cannot tell which).
+    All,
+    /// These units changed.
+    Units(BTreeSet<String>),
+}
+
+impl Changes {
+    /// Adds what `other` reports.
+    pub fn merge(&mut self, other: Changes) {
+        match (&mut *self, other) {
+            (_, Changes::None) | (Changes::All, _) => {}
+            (Changes::Units(a), Changes::Units(b)) => a.extend(b),
+            (me, other) => *me = other,
+        }
+    }
 }
 
 /// `systemctl` as the edge: works on any systemd, no bus library. Its `wait_change` cannot see
@@ -104,7 +135,8 @@ impl Units for Systemctl {
 /// starts and stops pods when systemd reports the reload.
 pub struct Dbus {
     client: crate::systemd::Client,
-    changes: std::sync::Mutex<std::sync::mpsc::Receiver<()>>,
+    /// `Some(unit)`: that unit changed; `None`: a reload (anything may have).
+    changes: std::sync::Mutex<std::sync::mpsc::Receiver<Option<String>>>,
 }
 
 impl Dbus {
@@ -116,14 +148,18 @@ impl Dbus {
             .map_err(|e| e.to_string())?;
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
+            use crate::systemd::Event;
             for ev in events.flatten() {
-                let ours = match &ev {
-                    crate::systemd::Event::UnitChanged { unit } => unit.starts_with("podunit-"),
-                    crate::systemd::Event::Reloading(false) => true,
-                    crate::systemd::Event::JobRemoved { unit, .. } => unit.starts_with("podunit-"),
-                    _ => false,
+                let change = match ev {
+                    Event::UnitChanged { unit } | Event::JobRemoved { unit, .. }
+                        if unit.starts_with("podunit-") =>
+                    {
+                        Some(unit)
+                    }
+                    Event::Reloading(false) => None,
+                    _ => continue,
                 };
-                if ours && tx.send(()).is_err() {
+                if tx.send(change).is_err() {
                     return;
                 }
             }
@@ -186,19 +222,50 @@ impl Units for Dbus {
     }
 
     fn wait_change(&self, timeout: Duration) -> bool {
+        self.wait_changes(timeout) != Changes::None
+    }
+
+    fn wait_changes(&self, timeout: Duration) -> Changes {
         let rx = self.changes.lock().unwrap();
-        match rx.recv_timeout(timeout) {
-            Ok(()) => {
-                while rx.try_recv().is_ok() {}
-                true
-            }
-            Err(_) => false,
+        let one = |c: Option<String>| match c {
+            Some(u) => Changes::Units(BTreeSet::from([u])),
+            None => Changes::All,
+        };
+        let Ok(first) = rx.recv_timeout(timeout) else {
+            return Changes::None;
+        };
+        let mut all = one(first);
+        while let Ok(c) = rx.try_recv() {
+            all.merge(one(c));
         }
+        all
     }
 
     fn run_once(&self, name: &str, description: &str, argv: &[String]) -> Result<(), String> {
         self.client
             .run_transient(name, description, argv)
             .map_err(|e| e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn units(names: &[&str]) -> Changes {
+        Changes::Units(names.iter().map(|n| n.to_string()).collect())
+    }
+
+    #[test]
+    fn changes_merge_to_the_union_and_all_wins() {
+        let mut c = Changes::None;
+        c.merge(units(&["a"]));
+        c.merge(Changes::None);
+        c.merge(units(&["b"]));
+        assert_eq!(c, units(&["a", "b"]));
+        c.merge(Changes::All);
+        assert_eq!(c, Changes::All);
+        c.merge(units(&["c"]));
+        assert_eq!(c, Changes::All);
     }
 }

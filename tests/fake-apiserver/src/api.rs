@@ -144,19 +144,29 @@ impl Api {
 
     /// Answers one request and records it in the audit log.
     pub fn handle(&self, req: &Request, peer_cert: Option<&[u8]>) -> Reply {
+        let received_us = crate::util::now_micros();
         let (reply, user) = self.answer(req, peer_cert);
         let code = match &reply {
             Reply::Json(c, _) | Reply::Text(c, _) => *c,
             Reply::Watch(_) => 200,
         };
+        let resource_version = match &reply {
+            Reply::Json(_, v) => v["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            _ => String::new(),
+        };
         let query: Vec<String> = req.query.iter().map(|(k, v)| format!("{k}={v}")).collect();
         self.audit.record(crate::audit::Record {
-            time: now_secs(),
+            time: received_us / 1_000_000,
+            time_us: received_us,
             method: req.method.clone(),
             path: req.path.clone(),
             query: query.join("&"),
             user: user.map(|u| u.name).unwrap_or_default(),
             code,
+            resource_version,
         });
         reply
     }

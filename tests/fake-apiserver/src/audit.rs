@@ -15,6 +15,8 @@ const KEEP: usize = 100_000;
 pub struct Record {
     /// Seconds since the Unix epoch.
     pub time: i64,
+    /// When the request was received, µs since the Unix epoch (benchmarks time status writes).
+    pub time_us: i64,
     pub method: String,
     pub path: String,
     /// Decoded query parameters, `k=v` joined with `&`.
@@ -23,6 +25,9 @@ pub struct Record {
     pub user: String,
     /// The HTTP status (200 for a watch, whatever its events).
     pub code: u16,
+    /// `metadata.resourceVersion` of the object answered, "" when none: ties a write to the
+    /// watch event it caused.
+    pub resource_version: String,
 }
 
 impl Record {
@@ -53,7 +58,7 @@ impl Audit {
 
     pub fn record(&self, r: Record) {
         if let Some(f) = self.file.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
-            let line = json!({"time": r.time, "method": r.method, "path": r.path, "query": r.query, "user": r.user, "code": r.code});
+            let line = json!({"time": r.time, "timeUs": r.time_us, "method": r.method, "path": r.path, "query": r.query, "user": r.user, "code": r.code, "resourceVersion": r.resource_version});
             let _ = writeln!(f, "{line}");
         }
         let mut records = self.records.lock().unwrap_or_else(|e| e.into_inner());

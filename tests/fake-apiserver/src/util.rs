@@ -11,6 +11,14 @@ pub fn now_secs() -> i64 {
         .unwrap_or(0)
 }
 
+/// Microseconds since the Unix epoch.
+pub fn now_micros() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros() as i64)
+        .unwrap_or(0)
+}
+
 /// RFC 3339 at second precision, as metav1.Time serialises.
 pub fn rfc3339(secs: i64) -> String {
     jiff::Timestamp::from_second(secs)
