@@ -56,9 +56,13 @@ pub fn generate_with_policy(
         g.problems.extend(problems);
         g.pods.extend(units);
     }
-    g.problems
-        .sort_by(|a, b| (&a.file, &a.pod).cmp(&(&b.file, &b.pod)));
+    sort_problems(&mut g.problems);
     g
+}
+
+/// Problems in file order, then pod order (stable: a pod's own problems keep their order).
+fn sort_problems(problems: &mut [Problem]) {
+    problems.sort_by(|a, b| (&a.file, &a.pod).cmp(&(&b.file, &b.pod)));
 }
 
 /// What [`generate_into`] did: every problem (as [`Generated::problems`]) and the pods whose
@@ -86,19 +90,13 @@ pub fn generate_into(
     };
     let results = crate::parallel::map(&catalog.pods, |entry| {
         let (problems, units) = generate_pod(entry, node, images, policy);
-        let failed = units.and_then(|pod| {
-            write_pod(dir, &pod)
-                .err()
-                .map(|e| (format!("{}/{}", pod.plan.namespace, pod.plan.name), e))
-        });
-        (problems, failed)
+        (problems, units.and_then(|pod| write_reported(dir, &pod)))
     });
     for (problems, failed) in results {
         w.problems.extend(problems);
         w.failed.extend(failed);
     }
-    w.problems
-        .sort_by(|a, b| (&a.file, &a.pod).cmp(&(&b.file, &b.pod)));
+    sort_problems(&mut w.problems);
     w
 }
 
@@ -140,14 +138,17 @@ fn generate_pod(
 /// Each pod is written on its own: one that cannot be written (a full disk, say) is reported and
 /// the others are still written. Returns the pods that failed, with why.
 pub fn write_tree(dir: &Path, g: &Generated) -> Vec<(String, io::Error)> {
-    crate::parallel::map(&g.pods, |pod| {
-        write_pod(dir, pod)
-            .err()
-            .map(|e| (format!("{}/{}", pod.plan.namespace, pod.plan.name), e))
-    })
-    .into_iter()
-    .flatten()
-    .collect()
+    crate::parallel::map(&g.pods, |pod| write_reported(dir, pod))
+        .into_iter()
+        .flatten()
+        .collect()
+}
+
+/// Writes one pod; a failure comes back named by the pod.
+fn write_reported(dir: &Path, pod: &PodUnits) -> Option<(String, io::Error)> {
+    write_pod(dir, pod)
+        .err()
+        .map(|e| (format!("{}/{}", pod.plan.namespace, pod.plan.name), e))
 }
 
 fn write_pod(dir: &Path, pod: &PodUnits) -> io::Result<()> {
