@@ -395,6 +395,40 @@ struct RefCache {
     secrets: HashMap<(String, String), Option<Secret>>,
 }
 
+/// One object a pod references, from this batch's cache when it holds it, else from the API
+/// server (and then cached, found or not). `Ok(None)`: it does not exist.
+fn fetch_ref<T>(
+    client: &Client,
+    cache: Option<&mut HashMap<(String, String), Option<T>>>,
+    ns: &str,
+    name: &str,
+) -> Result<Option<T>, ApiError>
+where
+    T: k8s_openapi::Resource + serde::de::DeserializeOwned + Clone,
+{
+    let key = (ns.to_string(), name.to_string());
+    if let Some(hit) = cache.as_ref().and_then(|c| c.get(&key)) {
+        return Ok(hit.clone());
+    }
+    let got = match client.get::<T>(&client::path::<T>(Some(ns), Some(name))) {
+        Ok(o) => Some(o),
+        Err(e) if e.is_not_found() => None,
+        Err(e) => return Err(e),
+    };
+    if let Some(c) = cache {
+        c.insert(key, got.clone());
+    }
+    Ok(got)
+}
+
+/// The kubelet's waiting reason for a container whose required ConfigMap or Secret is missing.
+fn missing_ref(kind: &str, name: &str) -> (String, String) {
+    (
+        "CreateContainerConfigError".into(),
+        format!("{kind} \"{name}\" not found"),
+    )
+}
+
 /// A static pod and its mirror (keyed by the static pod's namespace and name).
 struct MirrorRec {
     hash: String,
@@ -921,38 +955,11 @@ impl Worker {
         let refs = spool::refs(spec);
         let mut cms = Vec::new();
         for (name, optional) in &refs.config_maps {
-            let key = (ns.clone(), name.clone());
-            let got = match self
-                .ref_cache
-                .as_ref()
-                .and_then(|c| c.config_maps.get(&key))
-            {
-                Some(Some(c)) => Ok(c.clone()),
-                Some(None) => Err(ApiError::Status {
-                    code: 404,
-                    reason: "NotFound".into(),
-                    message: String::new(),
-                }),
-                None => self
-                    .client
-                    .get::<ConfigMap>(&client::path::<ConfigMap>(Some(&ns), Some(name))),
-            };
-            if let Some(cache) = self.ref_cache.as_mut() {
-                match &got {
-                    Ok(c) => _ = cache.config_maps.insert(key, Some(c.clone())),
-                    Err(e) if e.is_not_found() => _ = cache.config_maps.insert(key, None),
-                    Err(_) => {}
-                }
-            }
-            match got {
-                Ok(c) => cms.push(c),
-                Err(e) if e.is_not_found() && *optional => {}
-                Err(e) if e.is_not_found() => {
-                    return Err(Some((
-                        "CreateContainerConfigError".into(),
-                        format!("configmap \"{name}\" not found"),
-                    )));
-                }
+            let cache = self.ref_cache.as_mut().map(|c| &mut c.config_maps);
+            match fetch_ref::<ConfigMap>(&self.client, cache, &ns, name) {
+                Ok(Some(c)) => cms.push(c),
+                Ok(None) if *optional => {}
+                Ok(None) => return Err(Some(missing_ref("configmap", name))),
                 Err(e) => {
                     self.api_failed("reading a configmap", &e);
                     return Err(None);
@@ -961,34 +968,11 @@ impl Worker {
         }
         let mut secs = Vec::new();
         for (name, optional) in &refs.secrets {
-            let key = (ns.clone(), name.clone());
-            let got = match self.ref_cache.as_ref().and_then(|c| c.secrets.get(&key)) {
-                Some(Some(s)) => Ok(s.clone()),
-                Some(None) => Err(ApiError::Status {
-                    code: 404,
-                    reason: "NotFound".into(),
-                    message: String::new(),
-                }),
-                None => self
-                    .client
-                    .get::<Secret>(&client::path::<Secret>(Some(&ns), Some(name))),
-            };
-            if let Some(cache) = self.ref_cache.as_mut() {
-                match &got {
-                    Ok(s) => _ = cache.secrets.insert(key, Some(s.clone())),
-                    Err(e) if e.is_not_found() => _ = cache.secrets.insert(key, None),
-                    Err(_) => {}
-                }
-            }
-            match got {
-                Ok(s) => secs.push(s),
-                Err(e) if e.is_not_found() && *optional => {}
-                Err(e) if e.is_not_found() => {
-                    return Err(Some((
-                        "CreateContainerConfigError".into(),
-                        format!("secret \"{name}\" not found"),
-                    )));
-                }
+            let cache = self.ref_cache.as_mut().map(|c| &mut c.secrets);
+            match fetch_ref::<Secret>(&self.client, cache, &ns, name) {
+                Ok(Some(s)) => secs.push(s),
+                Ok(None) if *optional => {}
+                Ok(None) => return Err(Some(missing_ref("secret", name))),
                 Err(e) => {
                     self.api_failed("reading a secret", &e);
                     return Err(None);
