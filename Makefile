@@ -16,9 +16,15 @@ release:
 	$(CARGO) build --release -p podunit --bins
 	$(CARGO) build --release -p podunit-generator
 
+# The suites with `test = false` (run by test-e2e, test-packaging and bench) are not among
+# --all-targets: clippy checks them by name.
+MANUAL_SUITES := --test e2e --test sync_e2e --test sandbox_e2e --test cluster_e2e \
+	--test packaging --test packaging_e2e --test bench_reload --test bench_cluster
+
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) clippy $(MANUAL_SUITES) -- -D warnings
 
 fmt:
 	$(CARGO) fmt --all

@@ -16,17 +16,16 @@ mod support;
 
 use k8s_openapi::api::core::v1::Pod;
 use podunit::kube::client::{self, Client, ListParams};
-use podunit::kube::kubeconfig::Credentials;
 use podunit::kube::watch::Event;
 use podunit::systemd::props::unit_path;
 use serde_json::json;
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use support::nspawn::{Machine, binaries};
+use support::api::{self, API_DIR, admin, join_machine_network};
+use support::nspawn::Machine;
 use support::pods::{SOON, ctr_unit, pod_unit, wait_state};
 
 const NODE: &str = "bench-node";
-const API_DIR: &str = "/var/lib/fake-api";
 const ACCESS_LOG: &str = "/var/lib/fake-api/access.log";
 const NS: &str = "default";
 /// The kubelet's default `maxPods`.
@@ -45,83 +44,14 @@ fn now_us() -> i64 {
         .as_micros() as i64
 }
 
-/// Builds the API server double (release, as this bench) and returns its path.
-fn fake_apiserver_bin() -> std::path::PathBuf {
-    let out = binaries().podunit.parent().unwrap().to_path_buf();
-    let mut cmd = std::process::Command::new(env!("CARGO"));
-    cmd.current_dir(env!("CARGO_MANIFEST_DIR"))
-        .args(["build", "--quiet", "-p", "fake-apiserver"]);
-    if out.file_name().is_some_and(|n| n == "release") {
-        cmd.arg("--release");
-    }
-    assert!(cmd.status().unwrap().success(), "building fake-apiserver");
-    out.join("fake-apiserver")
-}
-
 /// The API server double in the machine: no state file (its rewrite after every change would be
 /// the double's cost, not podunit's), a watch history long enough to replay the whole burst.
 fn start_api(m: &Machine) {
-    m.sh_ok(&format!(
-        "systemd-run --unit=fake-apiserver --collect /usr/local/bin/fake-apiserver --dir {API_DIR} \
-         --port 6443 --node {NODE} --history-window 1000000 --access-log {ACCESS_LOG}"
-    ));
-    m.wait_for("the API server to answer", SOON, || {
-        (m.read(&format!("{API_DIR}/url")).is_some()
-            && m.exec(&["bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/6443"])
-                .status
-                .success())
-        .then_some(())
-    });
-}
-
-/// Moves this thread into the machine's network namespace (its API server listens on its loopback).
-fn join_machine_network(m: &Machine) {
-    let pid = m.sh_ok("systemctl show -p MainPID --value fake-apiserver.service");
-    let pid = pid.trim();
-    // The machine's PID namespace: find the host pid of that process through NSpid.
-    let host_pid = std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| e.file_name().to_string_lossy().parse::<u32>().ok())
-        .find(|p| {
-            let Ok(st) = std::fs::read_to_string(format!("/proc/{p}/status")) else {
-                return false;
-            };
-            let Ok(cmd) = std::fs::read(format!("/proc/{p}/cmdline")) else {
-                return false;
-            };
-            String::from_utf8_lossy(&cmd).contains(API_DIR)
-                && st
-                    .lines()
-                    .any(|l| l.starts_with("NSpid:") && l.split_whitespace().last() == Some(pid))
-                && in_machine(*p, m)
-        })
-        .expect("the API server process on the host");
-    let ns = std::fs::File::open(format!("/proc/{host_pid}/ns/net")).unwrap();
-    nix::sched::setns(ns, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
-}
-
-/// Whether host process `pid` lives in this machine (same PID namespace as its systemd).
-fn in_machine(pid: u32, m: &Machine) -> bool {
-    let ours = m.sh_ok("readlink /proc/1/ns/pid");
-    std::fs::read_link(format!("/proc/{pid}/ns/pid"))
-        .map(|l| l.to_string_lossy().trim() == ours.trim())
-        .unwrap_or(false)
-}
-
-fn admin(m: &Machine) -> Client {
-    let ca_pem = m.read(&format!("{API_DIR}/ca.crt")).expect("ca.crt");
-    let token = m
-        .read_string(&format!("{API_DIR}/admin.token"))
-        .expect("admin.token");
-    Client::new(Credentials {
-        server: "https://127.0.0.1:6443".into(),
-        ca_pem,
-        client_cert: None,
-        token: Some(token.trim().to_string()),
-        token_file: None,
-    })
-    .unwrap()
+    api::start(
+        m,
+        NODE,
+        &format!("--history-window 1000000 --access-log {ACCESS_LOG}"),
+    );
 }
 
 fn pod_name(i: usize) -> String {
@@ -334,9 +264,7 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(60);
     let m = Machine::boot("bench-cluster");
-    let bin = std::fs::read(fake_apiserver_bin()).unwrap();
-    m.write("/usr/local/bin/fake-apiserver", &bin);
-    m.sh_ok("chmod 0755 /usr/local/bin/fake-apiserver");
+    api::install(&m);
     start_api(&m);
     m.write(
         "/etc/podunit/config.yaml",

@@ -7,85 +7,23 @@ mod support;
 
 use k8s_openapi::api::core::v1::Pod;
 use podunit::kube::client::{self, Client, DeleteOptions};
-use podunit::kube::kubeconfig::Credentials;
 use serde_json::json;
-use support::nspawn::{Machine, binaries};
+use support::api::{self, API_DIR, admin, join_machine_network};
+use support::nspawn::Machine;
 use support::pods::{SOON, ctr_unit, pod_unit, wait_state};
 
 const NODE: &str = "e2e-node";
-const API_DIR: &str = "/var/lib/fake-api";
 
 const SYNC_STAND_IN: &str = "[Unit]\nDescription=podunit-sync (test stand-in)\nAfter=dbus.service\n\
 [Service]\nType=notify\nExecStart=/usr/bin/podunit-sync\nRestart=always\nRestartSec=1\n";
 
-/// Builds the API server double (same profile as the test) and returns its path.
-fn fake_apiserver_bin() -> std::path::PathBuf {
-    let out = binaries().podunit.parent().unwrap().to_path_buf();
-    let mut cmd = std::process::Command::new(env!("CARGO"));
-    cmd.current_dir(env!("CARGO_MANIFEST_DIR"))
-        .args(["build", "--quiet", "-p", "fake-apiserver"]);
-    if out.file_name().is_some_and(|n| n == "release") {
-        cmd.arg("--release");
-    }
-    assert!(cmd.status().unwrap().success(), "building fake-apiserver");
-    out.join("fake-apiserver")
-}
-
-/// Starts (or restarts) the API server double in the machine, on a fixed port, with its state on disk.
+/// Starts (or restarts) the API server double with its state on disk.
 fn start_api(m: &Machine) {
-    m.sh_ok(&format!(
-        "systemd-run --unit=fake-apiserver --collect /usr/local/bin/fake-apiserver --dir {API_DIR} \
-         --port 6443 --node {NODE} --state-file {API_DIR}/state.json --bookmark-interval-ms 1000"
-    ));
-    m.wait_for("the API server", SOON, || {
-        m.read(&format!("{API_DIR}/url")).map(|_| ())
-    });
-    m.wait_for("the API server to answer", SOON, || {
-        m.exec(&["bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/6443"])
-            .status
-            .success()
-            .then_some(())
-    });
-}
-
-/// The host pid of a process whose network namespace is `netns` (`net:[<inode>]`).
-fn host_pid_in(netns: &str) -> Option<u32> {
-    for e in std::fs::read_dir("/proc").ok()? {
-        let e = e.ok()?;
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        if std::fs::read_link(format!("/proc/{pid}/ns/net"))
-            .is_ok_and(|l| l.to_string_lossy() == netns)
-        {
-            return Some(pid);
-        }
-    }
-    None
-}
-
-/// Moves this thread into the machine's network namespace (found by its identity, so machines
-/// booted by tests running in parallel are never confused).
-fn join_machine_network(m: &Machine) {
-    let netns = m.sh_ok("readlink /proc/self/ns/net").trim().to_string();
-    let pid = host_pid_in(&netns).expect("a process in the machine's network namespace");
-    let ns = std::fs::File::open(format!("/proc/{pid}/ns/net")).unwrap();
-    nix::sched::setns(ns, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
-}
-
-fn admin(m: &Machine) -> Client {
-    let ca_pem = m.read(&format!("{API_DIR}/ca.crt")).expect("ca.crt");
-    let token = m
-        .read_string(&format!("{API_DIR}/admin.token"))
-        .expect("admin.token");
-    Client::new(Credentials {
-        server: "https://127.0.0.1:6443".into(),
-        ca_pem,
-        client_cert: None,
-        token: Some(token.trim().to_string()),
-        token_file: None,
-    })
-    .unwrap()
+    api::start(
+        m,
+        NODE,
+        &format!("--state-file {API_DIR}/state.json --bookmark-interval-ms 1000"),
+    );
 }
 
 /// Runs `f` with an admin client on a thread inside the machine's network (the API server listens
@@ -131,9 +69,7 @@ fn main_status(api: &Client, name: &str) -> Option<k8s_openapi::api::core::v1::C
 /// is appended to /etc/podunit/config.yaml.
 fn cluster_machine(name: &str, extra: &str) -> Machine {
     let m = Machine::boot(name);
-    let bin = std::fs::read(fake_apiserver_bin()).unwrap();
-    m.write("/usr/local/bin/fake-apiserver", &bin);
-    m.sh_ok("chmod 0755 /usr/local/bin/fake-apiserver");
+    api::install(&m);
     start_api(&m);
     m.write(
         "/etc/podunit/config.yaml",
@@ -161,9 +97,9 @@ fn cluster_mode_on_real_systemd() {
 
     on_machine_network(&m, |api| {
         // Created in the API -> running on systemd -> Running with the real start time.
-        create(&api, "web", "Always", "exec sleep 1000");
+        create(api, "web", "Always", "exec sleep 1000");
         let p = m.wait_for("web Running in the API", SOON, || {
-            get_pod(&api, "web")
+            get_pod(api, "web")
                 .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
         });
         wait_state(&m, &ctr_unit("default", "web", "main"), &["active"]);
@@ -195,9 +131,9 @@ fn cluster_mode_on_real_systemd() {
         assert_eq!(token.trim().split('.').count(), 3, "a JWT: {token}");
 
         // A container that exits 3: the exit code and restarts are posted.
-        create(&api, "crash", "Always", "exit 3");
+        create(api, "crash", "Always", "exit 3");
         let cs = m.wait_for("crash restarted with exit code 3", SOON, || {
-            let cs = main_status(&api, "crash")?;
+            let cs = main_status(api, "crash")?;
             let last = cs.last_state.as_ref()?.terminated.as_ref()?;
             (last.exit_code == 3 && cs.restart_count >= 1).then_some(cs)
         });
@@ -239,12 +175,12 @@ fn cluster_mode_on_real_systemd() {
         m.wait_for(
             "web's restart posted after the API server is back",
             SOON,
-            || (main_status(&api, "web")?.restart_count >= 1).then_some(()),
+            || (main_status(api, "web")?.restart_count >= 1).then_some(()),
         );
         // Nothing lost: a pod created now (the watch re-listed) runs.
-        create(&api, "late", "Always", "exec sleep 1000");
+        create(api, "late", "Always", "exec sleep 1000");
         m.wait_for("late Running", SOON, || {
-            get_pod(&api, "late")
+            get_pod(api, "late")
                 .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
         });
 
@@ -255,7 +191,7 @@ fn cluster_mode_on_real_systemd() {
         )
         .unwrap();
         m.wait_for("web removed from the API", SOON, || {
-            get_pod(&api, "web").is_none().then_some(())
+            get_pod(api, "web").is_none().then_some(())
         });
         let st = m.prop(&ctr_unit("default", "web", "main"), "ActiveState");
         assert!(
@@ -317,7 +253,7 @@ fn cluster_volumes_follow_the_api_and_a_killed_spool_writer_leaves_no_partial_fi
             .unwrap();
         let unit = ctr_unit("default", "cfg", "main");
         m.wait_for("cfg Running", SOON, || {
-            (phase(&api, "cfg")? == "Running").then_some(())
+            (phase(api, "cfg")? == "Running").then_some(())
         });
         wait_state(&m, &unit, &["active"]);
         assert_eq!(
@@ -453,7 +389,7 @@ done
         wait_state(&m, "podunit-sync.service", &["active"]);
         for i in 0..n {
             m.wait_for(&format!("b{i} Running"), SOON, || {
-                (phase(&api, &format!("b{i}"))? == "Running").then_some(())
+                (phase(api, &format!("b{i}"))? == "Running").then_some(())
             });
             wait_state(
                 &m,

@@ -1,5 +1,6 @@
 //! Shared by the integration tests: the real-systemd machine and helpers around pods in it.
 #![allow(dead_code)]
 
+pub mod api;
 pub mod nspawn;
 pub mod pods;
