@@ -28,10 +28,16 @@ pub fn install(m: &Machine) {
 /// Starts (or restarts) the double as a transient unit on port 6443 for node `node`, with
 /// `args` added to its command line, and waits until it answers.
 pub fn start(m: &Machine, node: &str, args: &str) {
-    m.sh_ok(&format!(
-        "systemd-run --unit=fake-apiserver --collect /usr/local/bin/fake-apiserver --dir {API_DIR} \
+    // A restart right after a kill can find the old transient unit still loaded (stopping, or
+    // failed and not yet collected): retry until systemd takes the new one.
+    let run = format!(
+        "systemctl reset-failed fake-apiserver.service 2>/dev/null; \
+         systemd-run --unit=fake-apiserver --collect /usr/local/bin/fake-apiserver --dir {API_DIR} \
          --port 6443 --node {node} {args}"
-    ));
+    );
+    m.wait_for("systemd to start the API server", SOON, || {
+        m.sh(&run).status.success().then_some(())
+    });
     m.wait_for("the API server to answer", SOON, || {
         (m.read(&format!("{API_DIR}/url")).is_some()
             && m.exec(&["bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/6443"])
