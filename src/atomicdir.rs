@@ -192,8 +192,11 @@ mod tests {
 
     /// The owner of the files this process creates.
     fn me() -> (u32, u32) {
+        // Tests run in parallel threads of one process: each call its own probe file.
+        static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let probe =
-            std::env::temp_dir().join(format!("podunit-atomicdir-me-{}", std::process::id()));
+            std::env::temp_dir().join(format!("podunit-atomicdir-me-{}-{n}", std::process::id()));
         fs::write(&probe, "").unwrap();
         let m = fs::metadata(&probe).unwrap();
         fs::remove_file(&probe).unwrap();
