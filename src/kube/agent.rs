@@ -15,6 +15,7 @@
 
 use super::backoff::Backoff;
 use super::client::{self, ApiError, Client, DeleteOptions, ListParams};
+use super::compact::Compact;
 use super::observe::{self, UnitProps};
 use super::podstatus::{self, NodeAddrs};
 use super::spool::{self, Spool};
@@ -373,9 +374,13 @@ enum Phase {
 
 #[derive(Debug)]
 struct PodRec {
-    pod: Pod,
+    /// Without its status and managedFields (see [`Worker::upsert`]).
+    pod: Compact<Pod>,
+    uid: String,
+    /// Its units, the pod unit first ([`observe::pod_units`]).
+    units: Vec<String>,
     phase: Phase,
-    posted: Option<PodStatus>,
+    posted: Option<Compact<PodStatus>>,
     /// token file path -> when to refresh it
     tokens: HashMap<String, Timestamp>,
     event_sent: bool,
@@ -715,7 +720,7 @@ impl Worker {
         }
         let k = key_of(&pod);
         if let Some(rec) = self.pods.get(&k)
-            && uid_of(&rec.pod) != uid_of(&pod)
+            && rec.uid != uid_of(&pod)
         {
             // Same name, new pod: the old one is gone.
             self.forget(&k, true);
@@ -726,12 +731,14 @@ impl Worker {
         let api_status = pod.status.take();
         pod.metadata.managed_fields = None;
         if let Some(rec) = self.pods.get_mut(&k) {
-            let same_spec = rec.pod.spec == pod.spec
-                && rec.pod.metadata.labels == pod.metadata.labels
-                && rec.pod.metadata.annotations == pod.metadata.annotations;
-            rec.pod = pod;
+            let old = rec.pod.get();
+            let same_spec = old.spec == pod.spec
+                && old.metadata.labels == pod.metadata.labels
+                && old.metadata.annotations == pod.metadata.annotations;
+            rec.pod = Compact::new(&pod);
+            rec.units = observe::pod_units(&pod);
             if rec.posted.is_none() {
-                rec.posted = api_status;
+                rec.posted = api_status.as_ref().map(Compact::new);
             }
             if terminating {
                 if !matches!(rec.phase, Phase::Terminating { .. }) {
@@ -752,9 +759,11 @@ impl Worker {
             self.pods.insert(
                 k.clone(),
                 PodRec {
-                    pod,
+                    pod: Compact::new(&pod),
+                    uid: uid_of(&pod),
+                    units: observe::pod_units(&pod),
                     phase: Phase::Active,
-                    posted,
+                    posted: posted.as_ref().map(Compact::new),
                     tokens: HashMap::new(),
                     event_sent: false,
                     validated: None,
@@ -776,7 +785,7 @@ impl Worker {
     /// Policy, validation, referenced objects, tokens, then the spool.
     fn admit(&mut self, k: &(String, String)) {
         let Some(rec) = self.pods.get(k) else { return };
-        let pod = rec.pod.clone();
+        let pod = rec.pod.get();
         let paths = self.cfg.paths.clone();
         let resolve = |p: &str| crate::generate::host_realpath(&paths, p);
         if let Err(v) = policy::check_resolved(&pod, &self.cfg.policy, &resolve) {
@@ -996,7 +1005,7 @@ impl Worker {
             return Ok(false);
         };
         let mut issued_any = false;
-        let pod = rec.pod.clone();
+        let pod = rec.pod.get();
         let uid = uid_of(&pod);
         let sa = token::service_account(&pod);
         for src in token::sources(&pod) {
@@ -1069,7 +1078,7 @@ impl Worker {
             return;
         };
         // The plan of an older pod of the same name, or a pod that is not running: nothing to do.
-        if plan.uid != uid_of(&rec.pod) || !self.cfg.paths.host(&plan.runtime_dir).is_dir() {
+        if plan.uid != rec.uid || !self.cfg.paths.host(&plan.runtime_dir).is_dir() {
             return;
         }
         self.refresh_runs += 1;
@@ -1152,15 +1161,15 @@ impl Worker {
             reason: reason.into(),
             message: message.into(),
         };
+        let pod = rec.pod.get();
         let st = podstatus::rejected(
-            &rec.pod,
+            &pod,
             reason,
             message,
             &addrs,
-            rec.posted.as_ref(),
+            rec.posted.as_ref().map(Compact::get).as_ref(),
             now(),
         );
-        let pod = rec.pod.clone();
         if !rec.event_sent {
             self.event(&pod, "Warning", reason, message);
         }
@@ -1193,7 +1202,7 @@ impl Worker {
         let changed = rec.phase != new;
         rec.phase = new;
         if changed {
-            let pod = rec.pod.clone();
+            let pod = rec.pod.get();
             log(format!("{}/{}: {reason}: {message}", k.0, k.1));
             self.event(&pod, "Warning", event_reason, message);
             self.status_due.pods.insert(k.clone());
@@ -1252,13 +1261,12 @@ impl Worker {
         let Some(rec) = self.pods.get_mut(k) else {
             return;
         };
-        let grace = rec
-            .pod
+        let pod = rec.pod.get();
+        let grace = pod
             .metadata
             .deletion_grace_period_seconds
             .or_else(|| {
-                rec.pod
-                    .spec
+                pod.spec
                     .as_ref()
                     .and_then(|s| s.termination_grace_period_seconds)
             })
@@ -1268,7 +1276,7 @@ impl Worker {
             deadline: Instant::now() + Duration::from_secs(grace),
             killed: false,
         };
-        let units = observe::pod_units(&rec.pod);
+        let units = rec.units.clone();
         log(format!("{}/{}: deleting (grace {grace}s)", k.0, k.1));
         // Stop now (the pod unit's stop propagates to its containers with their TimeoutStopSec),
         // then drop the manifest so the next reload forgets the units.
@@ -1298,7 +1306,7 @@ impl Worker {
             let Phase::Terminating { deadline, killed } = rec.phase.clone() else {
                 continue;
             };
-            let units = observe::pod_units(&rec.pod);
+            let units = rec.units.clone();
             let stopped = match self.units.props(&units) {
                 Ok(p) => observe::all_stopped(units.iter().filter_map(|u| p.get(u))),
                 Err(e) => {
@@ -1319,7 +1327,7 @@ impl Worker {
             }
             // Volumes go before the object does (the kubelet unmounts before its final DELETE), so
             // whoever sees the pod gone also sees its state gone.
-            let uid = uid_of(&rec.pod);
+            let uid = rec.uid.clone();
             self.remove_pod_dirs(&uid);
             let path = client::path::<Pod>(Some(&k.0), Some(&k.1));
             let opts = DeleteOptions {
@@ -1354,7 +1362,7 @@ impl Worker {
         {
             self.mark_dirty();
         }
-        self.remove_pod_dirs(&uid_of(&rec.pod));
+        self.remove_pod_dirs(&rec.uid);
     }
 
     /// Removes /var/lib/podunit/pods/<uid> and /run/podunit/pods/<uid>.
@@ -1376,11 +1384,7 @@ impl Worker {
             return;
         }
         let k = key_of(pod);
-        if self
-            .pods
-            .get(&k)
-            .is_some_and(|r| uid_of(&r.pod) == uid_of(pod))
-        {
+        if self.pods.get(&k).is_some_and(|r| r.uid == uid_of(pod)) {
             self.forget(&k, true);
         }
     }
@@ -1391,7 +1395,8 @@ impl Worker {
         let Some(rec) = self.pods.get(k) else {
             return false;
         };
-        if rec.posted.as_ref() == Some(&st) {
+        let compact = Compact::new(&st);
+        if rec.posted.as_ref() == Some(&compact) {
             return true;
         }
         let path = format!("{}/status", client::path::<Pod>(Some(&k.0), Some(&k.1)));
@@ -1399,13 +1404,10 @@ impl Worker {
             .client
             .merge_patch::<Pod>(&path, &serde_json::json!({ "status": st }))
         {
-            Ok(p) => {
+            Ok(_) => {
                 self.api_worked();
                 if let Some(rec) = self.pods.get_mut(k) {
-                    rec.posted = Some(st);
-                    if uid_of(&p) == uid_of(&rec.pod) {
-                        rec.pod.metadata.resource_version = p.metadata.resource_version;
-                    }
+                    rec.posted = Some(compact);
                 }
                 true
             }
@@ -1430,16 +1432,16 @@ impl Worker {
         if self.status_due.all {
             return;
         }
-        let owns = |pod: &Pod| observe::pod_units(pod).iter().any(|u| changed.contains(u));
+        let owns = |units: &[String]| units.iter().any(|u| changed.contains(u));
         let pods = self
             .pods
             .iter()
-            .filter(|(_, r)| owns(&r.pod))
+            .filter(|(_, r)| owns(&r.units))
             .map(|(k, _)| k);
         let statics = self
             .mirrors
             .iter()
-            .filter(|(_, m)| owns(&m.static_pod))
+            .filter(|(_, m)| owns(&observe::pod_units(&m.static_pod)))
             .map(|(k, _)| k);
         let keys: Vec<(String, String)> = pods.chain(statics).cloned().collect();
         self.status_due.pods.extend(keys);
@@ -1473,22 +1475,19 @@ impl Worker {
             let Some(rec) = self.pods.get(&k) else {
                 continue;
             };
+            let pod = rec.pod.get();
+            let posted = rec.posted.as_ref().map(Compact::get);
             let st = match &rec.phase {
-                Phase::Rejected { reason, message } => podstatus::rejected(
-                    &rec.pod,
-                    reason,
-                    message,
-                    &addrs,
-                    rec.posted.as_ref(),
-                    now(),
-                ),
+                Phase::Rejected { reason, message } => {
+                    podstatus::rejected(&pod, reason, message, &addrs, posted.as_ref(), now())
+                }
                 Phase::Blocked {
                     reason,
                     message,
                     only,
                 } => {
                     let about = |name: &str| only.is_empty() || only.iter().any(|o| o == name);
-                    let mut obs = observe::observe(&rec.pod, &HashMap::new());
+                    let mut obs = observe::observe(&pod, &HashMap::new());
                     for c in obs
                         .containers
                         .iter_mut()
@@ -1499,8 +1498,7 @@ impl Worker {
                             reason: reason.clone(),
                         };
                     }
-                    let mut st =
-                        podstatus::build(&rec.pod, &obs, &addrs, rec.posted.as_ref(), now());
+                    let mut st = podstatus::build(&pod, &obs, &addrs, posted.as_ref(), now());
                     for cs in st
                         .container_statuses
                         .iter_mut()
@@ -1515,7 +1513,7 @@ impl Worker {
                     st
                 }
                 Phase::Active | Phase::Terminating { .. } => {
-                    let units = observe::pod_units(&rec.pod);
+                    let units = rec.units.clone();
                     let props: HashMap<String, UnitProps> = match self.units.props(&units) {
                         Ok(p) => p,
                         Err(e) => {
@@ -1524,8 +1522,8 @@ impl Worker {
                             continue;
                         }
                     };
-                    let obs = observe::observe(&rec.pod, &props);
-                    podstatus::build(&rec.pod, &obs, &addrs, rec.posted.as_ref(), now())
+                    let obs = observe::observe(&pod, &props);
+                    podstatus::build(&pod, &obs, &addrs, posted.as_ref(), now())
                 }
             };
             if !self.post_status(&k, st) {

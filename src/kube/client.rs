@@ -16,6 +16,8 @@ use ureq::tls::{Certificate, ClientCert, PemItem, PrivateKey, RootCerts, TlsConf
 
 /// Largest response body read into memory (a list of 110 pods with their ConfigMaps is far below).
 const MAX_BODY: u64 = 64 << 20;
+/// Per connection and direction; a TLS record (16 KiB) passes through in pieces.
+const BUFFER_BYTES: usize = 16 << 10;
 
 /// What went wrong with an API call.
 #[derive(Debug, Clone, PartialEq)]
@@ -228,6 +230,12 @@ impl Client {
             .user_agent(concat!("podunit/", env!("CARGO_PKG_VERSION")))
             .timeout_connect(Some(Duration::from_secs(10)))
             .timeout_global(Some(Duration::from_secs(60)))
+            // ureq's 128 KiB buffers each way, per pooled connection, were a fifth of the agent's
+            // heap; the API server's response headers are a few hundred bytes and bodies stream.
+            .input_buffer_size(BUFFER_BYTES)
+            .output_buffer_size(BUFFER_BYTES)
+            .max_response_header_size(BUFFER_BYTES)
+            .max_idle_connections_per_host(2)
             .build()
             .into();
         Ok(Client {

@@ -6,6 +6,7 @@
 pub mod agent;
 pub mod backoff;
 pub mod client;
+pub mod compact;
 pub mod kubeconfig;
 pub mod mirror;
 pub mod node;

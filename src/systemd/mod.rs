@@ -77,6 +77,9 @@ pub struct Client {
 
 /// Job mode for start/stop/restart: replace conflicting queued jobs, as `systemctl` does.
 const MODE: &str = "replace";
+/// Signals buffered per subscription. Every caller drains its stream on a thread of its own, so
+/// this is only slack: zbus preallocates it (120 bytes a slot) and waits, never drops, when full.
+const EVENT_QUEUE: usize = 256;
 
 impl Client {
     /// Connects to the system bus.
@@ -132,7 +135,7 @@ impl Client {
         };
         let iter = ctx(
             "AddMatch",
-            MessageIterator::for_match_rule(rule, &self.conn, Some(4096)),
+            MessageIterator::for_match_rule(rule, &self.conn, Some(EVENT_QUEUE)),
         )?;
         self.manager::<_, ()>("Subscribe".into(), "Subscribe", &())?;
         Ok(Events { iter })
