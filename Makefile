@@ -106,8 +106,9 @@ bench-generator:
 bench-reload: rootfs
 	$(CARGO) test --release --test bench_reload
 
-# Cluster mode, 110 pods created at once in the API server double: create -> running -> status
-# posted (p50/p99/max), then podunit-sync's RSS and CPU while idle (BENCH_IDLE_SECS, default 60).
+# Cluster mode in the API server double: 110 pods one at a time, then 80 of them replaced at once;
+# create -> running -> status posted (p50/p99/max), then podunit-sync's RSS and CPU while idle
+# with 110 pods (BENCH_IDLE_SECS, default 60).
 bench-cluster: rootfs
 	$(CARGO) test --release --test bench_cluster
 

@@ -2,20 +2,24 @@
 //! harness (root, systemd-nspawn). The API server double runs inside the machine (as in
 //! tests/cluster_e2e.rs) and podunit-sync is the node's kubelet.
 //!
-//! 110 pods are created in the API at once (a burst: podunit-sync must coalesce the reloads). For
-//! each pod it measures, from the wall clock just before its create request was sent:
-//! - the latest `ActiveEnterTimestamp` of its container units (systemd's own clock);
-//! - the time the API server double received the status write that made it `Running` and `Ready`
-//!   (its access log, µs; the write is found by the resourceVersion of the watch event it caused).
+//! 1. Steady state, the view of Kubernetes' pod startup SLO: 110 pods created one at a time, each
+//!    waited for until the API shows it Running and Ready, so the node fills up to 110 as it goes.
+//! 2. A burst: the last 80 of them are deleted, and 80 new pods are created at once (podunit-sync
+//!    must coalesce the reloads). For each it measures, from the wall clock just before its
+//!    create request was sent:
+//!    - the latest `ActiveEnterTimestamp` of its container units (systemd's own clock);
+//!    - the time the API server double received the status write that made it `Running` and
+//!      `Ready` (its access log, µs; the write is found by the resourceVersion of the watch event
+//!      it caused).
 //!
-//! Host and machine share CLOCK_REALTIME, so these clocks compare. Then, with the 110 pods running
-//! and nothing changing, podunit-sync's VmRSS/VmHWM and its CPU time over `BENCH_IDLE_SECS`
-//! (default 60) seconds.
+//!    Host and machine share CLOCK_REALTIME, so these clocks compare.
+//! 3. Idle: with the 110 pods running and nothing changing, podunit-sync's VmRSS/VmHWM and its CPU
+//!    time over `BENCH_IDLE_SECS` (default 60) seconds.
 
 mod support;
 
 use k8s_openapi::api::core::v1::Pod;
-use podunit::kube::client::{self, Client, ListParams};
+use podunit::kube::client::{self, Client, DeleteOptions, ListParams};
 use podunit::kube::watch::Event;
 use podunit::systemd::props::unit_path;
 use serde_json::json;
@@ -30,9 +34,10 @@ const ACCESS_LOG: &str = "/var/lib/fake-api/access.log";
 const NS: &str = "default";
 /// The kubelet's default `maxPods`.
 const PODS: usize = 110;
-/// Of the 110, these are created one at a time first, each measured alone (steady state, the view
-/// of Kubernetes' pod startup SLO); the rest come at once (a burst).
-const ONE_BY_ONE: usize = 30;
+/// Pods deleted after the steady-state phase and then created again at once.
+const BURST: usize = 80;
+/// Pods of the steady-state phase that stay through the burst.
+const KEPT: usize = PODS - BURST;
 const CONTAINERS: [&str; 2] = ["app", "sidecar"];
 /// Generous: the bench fails with the stragglers named when a pod is not up by then.
 const LIMIT: Duration = Duration::from_secs(300);
@@ -62,6 +67,11 @@ fn pod_name(i: usize) -> String {
 /// emptyDir.
 fn pod(i: usize) -> serde_json::Value {
     pod_named(&pod_name(i))
+}
+
+/// The pods of the steady-state phase.
+fn one_name(i: usize) -> String {
+    format!("one-{i}")
 }
 
 fn pod_named(name: &str) -> serde_json::Value {
@@ -182,7 +192,7 @@ fn ready_versions(api: &Client, since: &str) -> HashMap<String, String> {
                 name,
                 p.metadata.resource_version.clone().unwrap_or_default(),
             );
-            if found.len() == PODS - ONE_BY_ONE {
+            if found.len() == BURST {
                 break;
             }
         }
@@ -288,7 +298,7 @@ fn main() {
     let mounts = m.sh_ok("wc -l < /proc/self/mountinfo").trim().to_string();
     let clk_tck: u64 = m.sh_ok("getconf CLK_TCK").trim().parse().unwrap();
 
-    let units: Vec<(usize, String)> = (ONE_BY_ONE..PODS)
+    let units: Vec<(usize, String)> = (KEPT..PODS)
         .flat_map(|i| CONTAINERS.map(|c| (i, ctr_unit(NS, &pod_name(i), c))))
         .collect();
     let unit_names: Vec<String> = units.iter().map(|(_, u)| u.clone()).collect();
@@ -312,8 +322,8 @@ fn main() {
             // so "posted" is late by up to that much plus one request).
             let mut one_running = Vec::new();
             let mut one_posted = Vec::new();
-            for i in 0..ONE_BY_ONE {
-                let name = format!("one-{i}");
+            for i in 0..PODS {
+                let name = one_name(i);
                 let ctrs: Vec<String> = CONTAINERS.iter().map(|c| ctr_unit(NS, &name, c)).collect();
                 let t = now_us();
                 let _: Pod = api
@@ -333,9 +343,39 @@ fn main() {
                 assert_eq!(active.len(), ctrs.len(), "{name}: Ready before its containers ran");
                 one_running.push((active.values().max().unwrap() - t) as f64 / 1000.0);
             }
+            // By how full the node was: the median of each tenth, in creation order.
+            let by_fill: Vec<String> = one_posted
+                .chunks(PODS / 10)
+                .enumerate()
+                .map(|(i, c)| {
+                    let mut c = c.to_vec();
+                    c.sort_by(|a, b| a.partial_cmp(b).unwrap());
+                    format!("{}+: {:.0}", i * (PODS / 10), c[c.len() / 2])
+                })
+                .collect();
             for v in [&mut one_running, &mut one_posted] {
                 v.sort_by(|a, b| a.partial_cmp(b).unwrap());
             }
+
+            // Make room for the burst: the last BURST pods go, and their units with them.
+            for i in KEPT..PODS {
+                let path = client::path::<Pod>(Some(NS), Some(&one_name(i)));
+                api.delete(&path, &DeleteOptions::default())
+                    .unwrap_or_else(|e| panic!("deleting {}: {e}", one_name(i)));
+            }
+            let gone_units: Vec<String> = (KEPT..PODS).map(|i| pod_unit(NS, &one_name(i))).collect();
+            m.wait_for("the deleted pods to be gone, units and objects", LIMIT, || {
+                let left = api
+                    .list::<Pod>(&client::path::<Pod>(Some(NS), None), &ListParams::default())
+                    .ok()?
+                    .items
+                    .len();
+                let loaded = m.sh_ok(&format!(
+                    "systemctl list-units --all --plain --no-legend {}",
+                    gone_units.join(" ")
+                ));
+                (left == KEPT && loaded.trim().is_empty()).then_some(())
+            });
             let since = api
                 .list::<Pod>(&client::path::<Pod>(Some(NS), None), &ListParams::default())
                 .unwrap()
@@ -344,20 +384,20 @@ fn main() {
                 .expect("list resourceVersion");
             let reloads_before = reload_times(&m).len();
             let sync_pid = m.sh_ok("systemctl show -p MainPID --value podunit-sync.service");
-            let (sync_ticks0, rss_empty, _) = sync_usage(&m, sync_pid.trim());
+            let (sync_ticks0, rss_before_burst, _) = sync_usage(&m, sync_pid.trim());
             let pid1_ticks0 = sync_usage(&m, "1").0;
             let load_before = load_average();
 
             // The burst: every pod created back to back.
             let mut created: BTreeMap<String, i64> = BTreeMap::new();
-            for i in ONE_BY_ONE..PODS {
+            for i in KEPT..PODS {
                 let t = now_us();
                 let _: Pod = api
                     .create(&client::path::<Pod>(Some(NS), None), &pod(i))
                     .unwrap_or_else(|e| panic!("creating {}: {e}", pod_name(i)));
                 created.insert(pod_name(i), t);
             }
-            let burst_ms = (now_us() - created[&pod_name(ONE_BY_ONE)]) as f64 / 1000.0;
+            let burst_ms = (now_us() - created[&pod_name(KEPT)]) as f64 / 1000.0;
 
             // Every container running (systemd's timestamps), then every pod Running in the API.
             let deadline = Instant::now() + LIMIT;
@@ -409,7 +449,7 @@ fn main() {
             let pid1_burst_s = (sync_usage(&m, "1").0 - pid1_ticks0) as f64 / clk_tck as f64;
             let reload_at: Vec<i64> = reload_times(&m).split_off(reloads_before);
             let reloads = reload_at.len();
-            let pod_units: Vec<String> = (ONE_BY_ONE..PODS)
+            let pod_units: Vec<String> = (KEPT..PODS)
                 .map(|i| pod_unit(NS, &pod_name(i)))
                 .collect();
             let pods_up = active_since(&m, &pod_units);
@@ -479,9 +519,8 @@ fn main() {
             let cpu_s = (t1_ticks - t0_ticks) as f64 / clk_tck as f64;
 
             println!(
-                "cluster mode: {PODS} pods ({} containers each): {ONE_BY_ONE} one at a time, then {} at once ({} build)",
+                "cluster mode: {PODS} pods ({} containers each) one at a time; then {BURST} of them deleted and {BURST} new ones created at once ({} build)",
                 CONTAINERS.len(),
-                PODS - ONE_BY_ONE,
                 if cfg!(debug_assertions) {
                     "debug"
                 } else {
@@ -489,15 +528,14 @@ fn main() {
                 }
             );
             println!(
-                "  burst: {} creates took {burst_ms:.1} ms; {reloads} daemon-reload(s)",
-                PODS - ONE_BY_ONE
+                "  burst: {BURST} creates took {burst_ms:.1} ms; {reloads} daemon-reload(s)"
             );
             println!("  load average: before {load_before}, after the burst {load_burst}");
             println!(
                 "  CPU time until all were Ready: podunit-sync {sync_burst_s:.2} s, systemd (PID 1) {pid1_burst_s:.2} s; {mounts} mounts in the machine"
             );
             // Where the time goes: each step's first and last occurrence after the first create.
-            let start = created[&pod_name(ONE_BY_ONE)];
+            let start = created[&pod_name(KEPT)];
             let span = |what: &str, v: &[i64]| {
                 let rel = |t: i64| format!("{:.0}", (t - start) as f64 / 1000.0);
                 match (v.iter().min(), v.iter().max()) {
@@ -513,6 +551,10 @@ fn main() {
             span("container units active (exec done)", &active.values().copied().collect::<Vec<_>>());
             span("Running+Ready status received", &posted_at);
             println!();
+            println!(
+                "one at a time, Running+Ready seen, median by pods already running (ms): {}",
+                by_fill.join(", ")
+            );
             println!(
                 "{:<40} {:>10} {:>10} {:>10}",
                 "per pod, from its create request (ms)", "p50", "p99", "max"
@@ -547,8 +589,8 @@ fn main() {
             );
             println!(
                 "{:<40} {:>10}",
-                "VmRSS before the burst (no pods)",
-                format!("{:.1} MiB", rss_empty as f64 / 1024.0)
+                "VmRSS before the burst (30 pods)",
+                format!("{:.1} MiB", rss_before_burst as f64 / 1024.0)
             );
             println!("{:<40} {:>10}", "VmHWM", format!("{:.1} MiB", hwm as f64 / 1024.0));
             println!(

@@ -19,7 +19,7 @@ use super::compact::Compact;
 use super::observe::{self, UnitProps};
 use super::podstatus::{self, NodeAddrs};
 use super::spool::{self, Spool};
-use super::units::{Changes, Units};
+use super::units::{Changes, UnitStates, Units};
 use super::watch::Event;
 use super::{mirror, node, token};
 use crate::config::ClusterTiming;
@@ -447,6 +447,8 @@ struct MirrorRec {
 #[derive(Debug, Default)]
 struct Due {
     all: bool,
+    /// A daemon-reload finished: the pods whose units it changed (see [`Worker::changed_by_reload`]).
+    reloaded: bool,
     pods: BTreeSet<(String, String)>,
 }
 
@@ -454,16 +456,17 @@ impl Due {
     fn everything() -> Due {
         Due {
             all: true,
+            reloaded: false,
             pods: BTreeSet::new(),
         }
     }
 
     fn is_empty(&self) -> bool {
-        !self.all && self.pods.is_empty()
+        !self.all && !self.reloaded && self.pods.is_empty()
     }
 
     fn has(&self, k: &(String, String)) -> bool {
-        self.all || self.pods.contains(k)
+        self.all || self.reloaded || self.pods.contains(k)
     }
 }
 
@@ -493,6 +496,8 @@ pub struct Worker {
     refreshing: bool,
     /// Volume refreshes started (names their transient units).
     refresh_runs: u64,
+    /// Every podunit unit's states as of the last reload handled, to tell which pods it changed.
+    reload_states: HashMap<String, UnitStates>,
     /// How many daemon-reloads were asked for (tests and benchmarks read it).
     pub reloads: u64,
 }
@@ -573,6 +578,7 @@ impl Worker {
             ref_cache: None,
             refreshing: false,
             refresh_runs: 0,
+            reload_states: HashMap::new(),
             reloads: 0,
         })
     }
@@ -647,7 +653,7 @@ impl Worker {
             if let Err(e) = self.units.reload() {
                 log(format!("reload: {e}"));
             }
-            self.status_due.all = true;
+            self.status_due.reloaded = true;
         }
         let refresh = Duration::from_secs(self.cfg.timing.object_refresh_seconds.max(1));
         if self.api_ok() && self.last_refresh.elapsed() >= refresh {
@@ -1428,6 +1434,10 @@ impl Worker {
                 return;
             }
             Changes::Units(u) => u,
+            Changes::Reloaded(u) => {
+                self.status_due.reloaded = true;
+                u
+            }
         };
         if self.status_due.all {
             return;
@@ -1447,15 +1457,37 @@ impl Worker {
         self.status_due.pods.extend(keys);
     }
 
+    /// The pods whose units a reload changed: load, active or sub state differs from what the
+    /// last reload left (all pods when the edge cannot list units). Asking systemd for every unit's
+    /// properties after each reload cost three D-Bus calls per unit, and slowed each new pod's
+    /// start more the fuller the node was.
+    fn changed_by_reload(&mut self) -> Vec<(String, String)> {
+        let Some(now) = self.units.states() else {
+            return self.pods.keys().cloned().collect();
+        };
+        let before = std::mem::replace(&mut self.reload_states, now);
+        let after = &self.reload_states;
+        self.pods
+            .iter()
+            .filter(|(_, r)| r.units.iter().any(|u| before.get(u) != after.get(u)))
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+
     fn post_statuses(&mut self, due: Due) {
         let keys: Vec<(String, String)> = if due.all {
             self.pods.keys().cloned().collect()
         } else {
-            due.pods
+            let mut keys: BTreeSet<(String, String)> = due
+                .pods
                 .iter()
                 .filter(|k| self.pods.contains_key(*k))
                 .cloned()
-                .collect()
+                .collect();
+            if due.reloaded {
+                keys.extend(self.changed_by_reload());
+            }
+            keys.into_iter().collect()
         };
         let addrs = self.node_addrs();
         for (i, k) in keys.iter().enumerate() {

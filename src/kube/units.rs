@@ -21,6 +21,11 @@ pub trait Units: Send + Sync {
     /// Starts `argv` once as the transient unit `name` in the service manager's context (outside
     /// podunit-sync's sandbox), without waiting for it; the unit is collected when done.
     fn run_once(&self, name: &str, description: &str, argv: &[String]) -> Result<(), String>;
+    /// Load, active and sub state of every podunit unit systemd has loaded, in one call; `None`
+    /// when this edge cannot list them cheaply.
+    fn states(&self) -> Option<HashMap<String, UnitStates>> {
+        None
+    }
     /// Like [`Units::wait_change`], naming the units that changed when the edge can tell, so only
     /// their pods' status is recomputed.
     fn wait_changes(&self, timeout: Duration) -> Changes {
@@ -32,15 +37,21 @@ pub trait Units: Send + Sync {
     }
 }
 
+/// A unit's `(LoadState, ActiveState, SubState)`.
+pub type UnitStates = (String, String, String);
+
 /// What systemd reported during one wait.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Changes {
     /// Nothing.
     None,
-    /// Any unit may have changed (a reload, or an edge that cannot tell which).
+    /// Any unit may have changed (an edge that cannot tell which).
     All,
     /// These units changed.
     Units(BTreeSet<String>),
+    /// A daemon-reload finished, and these units changed. A reload can change any unit's load
+    /// state without a signal for it; [`Units::states`] tells which did.
+    Reloaded(BTreeSet<String>),
 }
 
 impl Changes {
@@ -49,6 +60,13 @@ impl Changes {
         match (&mut *self, other) {
             (_, Changes::None) | (Changes::All, _) => {}
             (Changes::Units(a), Changes::Units(b)) => a.extend(b),
+            (Changes::Reloaded(a), Changes::Units(b) | Changes::Reloaded(b)) => a.extend(b),
+            (me @ Changes::Units(_), Changes::Reloaded(mut b)) => {
+                if let Changes::Units(a) = std::mem::replace(me, Changes::None) {
+                    b.extend(a);
+                }
+                *me = Changes::Reloaded(b);
+            }
             (me, other) => *me = other,
         }
     }
@@ -135,7 +153,7 @@ impl Units for Systemctl {
 /// starts and stops pods when systemd reports the reload.
 pub struct Dbus {
     client: crate::systemd::Client,
-    /// `Some(unit)`: that unit changed; `None`: a reload (anything may have).
+    /// `Some(unit)`: that unit changed; `None`: a reload finished.
     changes: std::sync::Mutex<std::sync::mpsc::Receiver<Option<String>>>,
 }
 
@@ -225,11 +243,21 @@ impl Units for Dbus {
         self.wait_changes(timeout) != Changes::None
     }
 
+    fn states(&self) -> Option<HashMap<String, UnitStates>> {
+        let listed = self.client.list_units(crate::systemd::UNIT_PATTERN).ok()?;
+        Some(
+            listed
+                .into_iter()
+                .map(|u| (u.name, (u.load_state, u.active_state, u.sub_state)))
+                .collect(),
+        )
+    }
+
     fn wait_changes(&self, timeout: Duration) -> Changes {
         let rx = self.changes.lock().unwrap();
         let one = |c: Option<String>| match c {
             Some(u) => Changes::Units(BTreeSet::from([u])),
-            None => Changes::All,
+            None => Changes::Reloaded(BTreeSet::new()),
         };
         let Ok(first) = rx.recv_timeout(timeout) else {
             return Changes::None;
@@ -267,5 +295,22 @@ mod tests {
         assert_eq!(c, Changes::All);
         c.merge(units(&["c"]));
         assert_eq!(c, Changes::All);
+    }
+
+    #[test]
+    fn a_reload_keeps_the_units_seen_with_it() {
+        let reloaded =
+            |names: &[&str]| Changes::Reloaded(names.iter().map(|n| n.to_string()).collect());
+        let mut c = units(&["a"]);
+        c.merge(reloaded(&[]));
+        assert_eq!(c, reloaded(&["a"]));
+        c.merge(units(&["b"]));
+        c.merge(reloaded(&["c"]));
+        assert_eq!(c, reloaded(&["a", "b", "c"]));
+        c.merge(Changes::All);
+        assert_eq!(c, Changes::All);
+        let mut c = Changes::None;
+        c.merge(reloaded(&[]));
+        assert_eq!(c, reloaded(&[]));
     }
 }
