@@ -12,11 +12,11 @@ use podunit::kube::agent::{self, AgentConfig, Shared};
 use podunit::kube::client::{self, Client, DeleteOptions};
 use podunit::kube::kubeconfig::{self, OwnerCheck};
 use podunit::kube::observe::UnitProps;
-use podunit::kube::units::Units;
+use podunit::kube::units::{Changes, UnitStates, Units};
 use podunit::paths::Paths;
 use podunit::policy::Policy;
 use serde_json::json;
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -35,7 +35,8 @@ struct FakeUnits {
     paths: Option<Paths>,
     state: Mutex<HashMap<String, UnitProps>>,
     reloads: AtomicU64,
-    changed: AtomicBool,
+    /// What the next wait reports: as the D-Bus edge does, the units that changed, and reloads.
+    pending: Mutex<Option<Changes>>,
     /// pod unit -> uid of the pod its units belong to (a new pod of the same name starts afresh)
     uids: Mutex<HashMap<String, String>>,
 }
@@ -89,11 +90,31 @@ impl FakeUnits {
         }
     }
 
+    fn signal(&self, c: Changes) {
+        self.pending
+            .lock()
+            .unwrap()
+            .get_or_insert(Changes::None)
+            .merge(c);
+    }
+
+    /// Test hook: change a unit without a signal for it, as a daemon-reload can (a unit whose
+    /// file stopped loading, say); only the next reload's listing of the units shows it.
+    fn set_unsignalled(&self, unit: &str, f: impl FnOnce(&mut UnitProps)) {
+        f(self
+            .state
+            .lock()
+            .unwrap()
+            .entry(unit.to_string())
+            .or_default());
+    }
+
     /// Test hook: change a unit as systemd would, and signal it.
     fn set(&self, unit: &str, f: impl FnOnce(&mut UnitProps)) {
         let mut s = self.state.lock().unwrap();
         f(s.entry(unit.to_string()).or_default());
-        self.changed.store(true, Ordering::SeqCst);
+        drop(s);
+        self.signal(Changes::Units(BTreeSet::from([unit.to_string()])));
     }
 
     fn is_running(&self, unit: &str) -> bool {
@@ -107,6 +128,7 @@ impl FakeUnits {
     fn stop_prefix(&self, pod_unit: &str) {
         let stem = pod_unit.trim_end_matches(".service");
         let mut s = self.state.lock().unwrap();
+        let mut stopped = BTreeSet::new();
         for (name, u) in s.iter_mut() {
             if (name == pod_unit || name.starts_with(&format!("{stem}_")))
                 && u.active_state == "active"
@@ -116,9 +138,11 @@ impl FakeUnits {
                 u.exec_main_code = 2;
                 u.exec_main_status = 15;
                 u.exec_main_exit_us = now_us();
+                stopped.insert(name.clone());
             }
         }
-        self.changed.store(true, Ordering::SeqCst);
+        drop(s);
+        self.signal(Changes::Units(stopped));
     }
 }
 
@@ -172,7 +196,7 @@ impl Units for FakeUnits {
         }
         drop(s);
         self.generate_and_prepare(&starting);
-        self.changed.store(true, Ordering::SeqCst);
+        self.signal(Changes::Reloaded(BTreeSet::new()));
         Ok(())
     }
 
@@ -192,8 +216,28 @@ impl Units for FakeUnits {
     }
 
     fn wait_change(&self, timeout: Duration) -> bool {
+        self.wait_changes(timeout) != Changes::None
+    }
+
+    fn wait_changes(&self, timeout: Duration) -> Changes {
         std::thread::sleep(timeout.min(Duration::from_millis(50)));
-        self.changed.swap(false, Ordering::SeqCst)
+        self.pending.lock().unwrap().take().unwrap_or(Changes::None)
+    }
+
+    fn states(&self) -> Option<HashMap<String, UnitStates>> {
+        let s = self.state.lock().unwrap();
+        Some(
+            s.iter()
+                .map(|(name, u)| {
+                    let states = (
+                        u.load_state.clone(),
+                        u.active_state.clone(),
+                        u.sub_state.clone(),
+                    );
+                    (name.clone(), states)
+                })
+                .collect(),
+        )
     }
 
     /// As systemd would (synchronously here): this build's podunit, under the test root.
@@ -391,6 +435,31 @@ fn registers_the_node_and_renews_its_lease() {
     wait_for("a renewed Lease", || {
         let l: Lease = env.admin.get(&lease_path).ok()?;
         (l.spec?.renew_time?.0 > t0).then_some(())
+    });
+}
+
+#[test]
+fn a_reload_updates_the_status_of_the_pods_whose_units_it_changed() {
+    let env = start("reload", Policy::default(), |c| c);
+    env.create_pod("web", simple("sleep 1000"));
+    env.wait_phase("web", "Running");
+    // After a reload, web's container has failed to load; no unit signal says so.
+    env.units.set_unsignalled(&app_unit("web"), |u| {
+        u.load_state = "error".into();
+        u.active_state = "inactive".into();
+        u.sub_state = "dead".into();
+    });
+    // Another pod's arrival makes the next reload.
+    env.create_pod("cache", simple("sleep 1000"));
+    env.wait_phase("cache", "Running");
+    wait_for("web's container no longer running in its status", || {
+        let cs = env
+            .get_pod("web")?
+            .status?
+            .container_statuses?
+            .into_iter()
+            .next()?;
+        (!cs.ready && cs.state?.running.is_none()).then_some(())
     });
 }
 

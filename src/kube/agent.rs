@@ -484,6 +484,9 @@ pub struct Worker {
     api_mirrors: BTreeMap<(String, String), Pod>,
     dirty_since: Option<Instant>,
     last_dirty: Instant,
+    /// Pods whose spool file changed since the last reload: their status is recomputed after it,
+    /// whatever systemd then lists (a pod whose units did not load has none to compare).
+    respooled: BTreeSet<(String, String)>,
     api_retry_at: Option<Instant>,
     api_backoff: Backoff,
     last_refresh: Instant,
@@ -567,6 +570,7 @@ impl Worker {
             api_mirrors: BTreeMap::new(),
             dirty_since: None,
             last_dirty: Instant::now(),
+            respooled: BTreeSet::new(),
             api_retry_at: None,
             api_backoff: Backoff::with_time_seed(
                 Duration::from_millis(500),
@@ -607,7 +611,8 @@ impl Worker {
         }
     }
 
-    fn mark_dirty(&mut self) {
+    fn mark_dirty(&mut self, k: &(String, String)) {
+        self.respooled.insert(k.clone());
         self.last_dirty = Instant::now();
         self.dirty_since.get_or_insert(self.last_dirty);
     }
@@ -654,6 +659,8 @@ impl Worker {
                 log(format!("reload: {e}"));
             }
             self.status_due.reloaded = true;
+            let respooled = std::mem::take(&mut self.respooled);
+            self.status_due.pods.extend(respooled);
         }
         let refresh = Duration::from_secs(self.cfg.timing.object_refresh_seconds.max(1));
         if self.api_ok() && self.last_refresh.elapsed() >= refresh {
@@ -697,7 +704,7 @@ impl Worker {
                 log(format!("{}/{}: no longer assigned to this node", k.0, k.1));
                 self.stop_units_of_file(&k);
                 let _ = self.spool.remove(&f);
-                self.mark_dirty();
+                self.mark_dirty(&k);
             }
         }
         self.api_mirrors.clear();
@@ -874,7 +881,7 @@ impl Worker {
             }
         };
         if spooled {
-            self.mark_dirty();
+            self.mark_dirty(k);
         }
         if spooled || new_tokens {
             // A running pod sees its ConfigMaps, Secrets and tokens change, as with the kubelet.
@@ -1157,7 +1164,7 @@ impl Worker {
             .unwrap_or(false)
         {
             self.stop_units_of_file(k);
-            self.mark_dirty();
+            self.mark_dirty(k);
         }
         let addrs = self.node_addrs();
         let Some(rec) = self.pods.get_mut(k) else {
@@ -1294,7 +1301,7 @@ impl Worker {
             .remove(&spool::file_name(&k.0, &k.1))
             .unwrap_or(false)
         {
-            self.mark_dirty();
+            self.mark_dirty(k);
         }
     }
 
@@ -1366,7 +1373,7 @@ impl Worker {
             .remove(&spool::file_name(&k.0, &k.1))
             .unwrap_or(false)
         {
-            self.mark_dirty();
+            self.mark_dirty(k);
         }
         self.remove_pod_dirs(&rec.uid);
     }
