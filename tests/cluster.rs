@@ -35,6 +35,8 @@ struct FakeUnits {
     paths: Option<Paths>,
     state: Mutex<HashMap<String, UnitProps>>,
     reloads: AtomicU64,
+    /// Transient units started (`run_once`): pod-refresh runs.
+    runs: AtomicU64,
     /// What the next wait reports: as the D-Bus edge does, the units that changed, and reloads.
     pending: Mutex<Option<Changes>>,
     /// pod unit -> uid of the pod its units belong to (a new pod of the same name starts afresh)
@@ -115,6 +117,10 @@ impl FakeUnits {
         f(s.entry(unit.to_string()).or_default());
         drop(s);
         self.signal(Changes::Units(BTreeSet::from([unit.to_string()])));
+    }
+
+    fn run_once_count(&self) -> u64 {
+        self.runs.load(Ordering::SeqCst)
     }
 
     fn is_running(&self, unit: &str) -> bool {
@@ -243,6 +249,7 @@ impl Units for FakeUnits {
     /// As systemd would (synchronously here): this build's podunit, under the test root.
     fn run_once(&self, name: &str, _description: &str, argv: &[String]) -> Result<(), String> {
         assert_eq!(argv[0], Paths::PODUNIT_BIN, "{name}: {argv:?}");
+        self.runs.fetch_add(1, Ordering::SeqCst);
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_podunit"))
             .args(&argv[1..])
             .env("PODUNIT_ROOT", &self.paths.as_ref().unwrap().root)
@@ -265,6 +272,7 @@ struct Env {
     units: Arc<FakeUnits>,
     shared: Arc<Shared>,
     thread: Option<std::thread::JoinHandle<()>>,
+    cfg: AgentConfig,
 }
 
 impl Drop for Env {
@@ -328,10 +336,7 @@ fn start_timed(
         runtime_version: "systemd://test".into(),
     };
     let shared = Arc::new(Shared::default());
-    let (u, s) = (units.clone() as Arc<dyn Units>, shared.clone());
-    let thread = std::thread::spawn(move || {
-        agent::run(node_client, cfg, u, s).unwrap();
-    });
+    let thread = spawn_agent(node_client, cfg.clone(), &units, &shared);
     Env {
         server,
         admin,
@@ -339,7 +344,20 @@ fn start_timed(
         units,
         shared,
         thread: Some(thread),
+        cfg,
     }
+}
+
+fn spawn_agent(
+    client: Client,
+    cfg: AgentConfig,
+    units: &Arc<FakeUnits>,
+    shared: &Arc<Shared>,
+) -> std::thread::JoinHandle<()> {
+    let (u, s) = (units.clone() as Arc<dyn Units>, shared.clone());
+    std::thread::spawn(move || {
+        agent::run(client, cfg, u, s).unwrap();
+    })
 }
 
 fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
@@ -354,6 +372,32 @@ fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
 }
 
 impl Env {
+    /// Stops the agent and starts a new one on the same host state, as a restart of podunit-sync
+    /// does (the fake systemd keeps its units running meanwhile).
+    fn restart_agent(&mut self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            t.join().unwrap();
+        }
+        self.shared = Arc::new(Shared::default());
+        let client = client_from(&self.server.node_kubeconfig(NODE));
+        self.thread = Some(spawn_agent(
+            client,
+            self.cfg.clone(),
+            &self.units,
+            &self.shared,
+        ));
+    }
+
+    /// TokenRequests the API server has answered so far.
+    fn token_requests(&self) -> usize {
+        self.server
+            .requests()
+            .iter()
+            .filter(|r| r.method == "POST" && r.path.ends_with("/token"))
+            .count()
+    }
+
     fn spool_file(&self, name: &str) -> PathBuf {
         self.root
             .join(format!("host/var/lib/podunit/spool/default_{name}.yaml"))
@@ -827,6 +871,40 @@ fn jwt_claims(token: &str) -> serde_json::Value {
         }
     }
     serde_json::from_slice(&out).unwrap()
+}
+
+#[test]
+fn a_restarted_agent_keeps_the_tokens_that_are_still_good() {
+    let mut env = start("restart", Policy::default(), |c| c);
+    let uid = env
+        .create_pod("web", simple("sleep 1000"))
+        .metadata
+        .uid
+        .unwrap();
+    env.wait_phase("web", "Running");
+    let issued = env
+        .root
+        .join(format!("host/run/podunit/tokens/{uid}/token"));
+    let token = wait_for("web's token", || std::fs::read_to_string(&issued).ok());
+    let requests = env.token_requests();
+    assert_eq!(requests, 1, "one TokenRequest for web");
+    let refreshes = env.units.run_once_count();
+
+    env.restart_agent();
+    // The new agent handles its first list before this pod: once it runs, web was seen again.
+    env.create_pod("db", simple("sleep 1000"));
+    env.wait_phase("db", "Running");
+    assert_eq!(
+        env.token_requests(),
+        requests + 1,
+        "only db's token was requested: web's is still good"
+    );
+    assert_eq!(std::fs::read_to_string(&issued).unwrap(), token);
+    assert_eq!(
+        env.units.run_once_count(),
+        refreshes,
+        "no volume of a running pod was rewritten"
+    );
 }
 
 #[test]

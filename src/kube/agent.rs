@@ -1025,12 +1025,21 @@ impl Worker {
             let Some(file) = self.token_file(&uid, &src.path) else {
                 return Err(Some(format!("token path {:?} leaves the volume", src.path)));
             };
-            let due = self
+            let mut refresh = self
                 .pods
                 .get(k)
                 .and_then(|r| r.tokens.get(&src.path))
-                .is_none_or(|t| now() >= *t);
-            if !due && file.exists() {
+                .copied();
+            if refresh.is_none() {
+                // After a restart: the token written before it, if still good.
+                refresh = std::fs::read_to_string(&file)
+                    .ok()
+                    .and_then(|t| token::refresh_at_of(&t));
+                if let (Some(at), Some(r)) = (refresh, self.pods.get_mut(k)) {
+                    r.tokens.insert(src.path.clone(), at);
+                }
+            }
+            if refresh.is_some_and(|t| now() < t) && file.exists() {
                 continue;
             }
             let path = format!(

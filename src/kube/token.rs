@@ -76,6 +76,28 @@ pub fn refresh_at(issued: Timestamp, expires: Timestamp) -> Timestamp {
     Timestamp::from_second(at).unwrap_or(issued)
 }
 
+/// When the token `jwt`, written before podunit-sync last started, must be replaced: from its own
+/// `iat` and `exp` claims (the API server's tokens are JWTs). `None` when it has no such claims,
+/// and it is then requested again. Without this every restart of podunit-sync requested a new
+/// token for every pod and rewrote every pod's volume.
+pub fn refresh_at_of(jwt: &str) -> Option<Timestamp> {
+    use base64::Engine;
+    #[derive(serde::Deserialize)]
+    struct Claims {
+        iat: i64,
+        exp: i64,
+    }
+    let payload = jwt.trim().split('.').nth(1)?;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload.trim_end_matches('='))
+        .ok()?;
+    let c: Claims = serde_json::from_slice(&bytes).ok()?;
+    Some(refresh_at(
+        Timestamp::from_second(c.iat).ok()?,
+        Timestamp::from_second(c.exp).ok()?,
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -117,6 +139,30 @@ mod tests {
         assert_eq!(s.len(), 1);
         assert_eq!(s[0].volume, "vault");
         assert_eq!(service_account(&p), "default");
+    }
+
+    #[test]
+    fn a_written_token_says_when_to_refresh_it() {
+        use base64::Engine;
+        let b64 = |s: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
+        let jwt = |claims: &str| format!("{}.{}.c2ln", b64(r#"{"alg":"RS256"}"#), b64(claims));
+        let t = |s| Timestamp::from_second(s).unwrap();
+        assert_eq!(
+            refresh_at_of(&jwt(r#"{"aud":["x"],"iat":1000,"exp":4600,"sub":"s"}"#)),
+            Some(t(1000 + 2880))
+        );
+        assert_eq!(
+            refresh_at_of(&format!("{}\n", jwt(r#"{"iat":0,"exp":100}"#))),
+            Some(t(80))
+        );
+        for bad in [
+            jwt(r#"{"exp":4600}"#),
+            "opaque-token".to_string(),
+            "a.%%%.c".to_string(),
+            jwt("not json"),
+        ] {
+            assert_eq!(refresh_at_of(&bad), None, "{bad}");
+        }
     }
 
     #[test]
