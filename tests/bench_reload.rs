@@ -1,6 +1,8 @@
 //! `make bench`: time from `systemctl daemon-reload` to every container running, for 1, 10 and
 //! 100 pods, next to the same for hand-written equivalent units started by hand right after the
-//! reload (the floor: systemd's own cost). Runs on the nspawn harness (root, systemd-nspawn).
+//! reload (the floor: systemd's own cost), once bare and once with the sandbox directives podunit
+//! gives the container (its mount, IPC and UTS namespaces, capability bounding set, CPU weight),
+//! which says what that sandbox costs systemd. Runs on the nspawn harness (root, systemd-nspawn).
 //!
 //! Both sides are measured with systemd's own clock: t0 is the wall clock just before the reload
 //! (taken inside the machine), the end is the latest `ActiveEnterTimestamp` of the container
@@ -23,8 +25,8 @@ fn pod_manifest(i: usize) -> String {
 }
 
 /// What the generator makes of a pod, reduced to what systemd must do: a slice, a oneshot pod
-/// unit, a container service bound to it.
-fn floor_units(i: usize) -> Vec<(String, String)> {
+/// unit, a container service bound to it, with `sandbox` (unit file lines) added to the container.
+fn floor_units(i: usize, sandbox: &str) -> Vec<(String, String)> {
     vec![
         (
             format!("floor{i}.slice"),
@@ -39,7 +41,7 @@ fn floor_units(i: usize) -> Vec<(String, String)> {
         (
             format!("floor{i}-c.service"),
             format!(
-                "[Unit]\nRequires=floor{i}.service\nAfter=floor{i}.service\nPartOf=floor{i}.service\n[Service]\nType=exec\nSlice=floor{i}.slice\nExecStart=/bin/sleep infinity\n"
+                "[Unit]\nRequires=floor{i}.service\nAfter=floor{i}.service\nPartOf=floor{i}.service\n[Service]\nType=exec\nSlice=floor{i}.slice\nExecStart=/bin/sleep infinity\n{sandbox}"
             ),
         ),
     ]
@@ -110,8 +112,54 @@ fn podunit_round(m: &Machine, n: usize) -> f64 {
     (end.saturating_sub(t0)) as f64 / 1000.0
 }
 
-fn floor_round(m: &Machine, n: usize) -> f64 {
-    let files: Vec<(String, String)> = (0..n).flat_map(floor_units).collect();
+/// The container's sandbox as podunit renders it for the benchmark pod: its `[Service]` lines
+/// except what runs and logs the process and ties it to its pod.
+fn podunit_sandbox(m: &Machine) -> String {
+    m.write("/tmp/sandbox-probe.yaml", pod_manifest(0).as_bytes());
+    let out = m.sh_ok("podunit render /tmp/sandbox-probe.yaml");
+    let unit = podunit::naming::container_service("bench", "p0", "c");
+    let body = out
+        .split("# ==> ")
+        .find(|part| part.starts_with(&format!("{unit} <==")))
+        .expect("render prints the container unit");
+    let not_sandbox = [
+        "Type",
+        "Restart",
+        "RestartSec",
+        "Slice",
+        "ExecStart",
+        "ExecStartPre",
+        "ExecStopPost",
+        "Environment",
+        "EnvironmentFile",
+        "SyslogIdentifier",
+        "LogExtraFields",
+        "KillMode",
+        "KillSignal",
+        "TimeoutStopSec",
+        "SendSIGKILL",
+        "WorkingDirectory",
+    ];
+    let lines: String = body
+        .lines()
+        .skip_while(|l| *l != "[Service]")
+        .skip(1)
+        .take_while(|l| !l.starts_with('['))
+        .filter(|l| {
+            l.split_once('=')
+                .is_some_and(|(k, _)| !not_sandbox.contains(&k))
+        })
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert!(
+        lines.contains("PrivateTmp="),
+        "no sandbox found in:\n{body}"
+    );
+    lines
+}
+
+fn floor_round(m: &Machine, n: usize, sandbox: &str) -> f64 {
+    let files: Vec<(String, String)> = (0..n).flat_map(|i| floor_units(i, sandbox)).collect();
     write_all(m, "/etc/systemd/system", &files);
     let units: Vec<String> = (0..n).map(|i| format!("floor{i}-c.service")).collect();
     let t0 = now_us(m);
@@ -156,18 +204,24 @@ fn main() {
             "release"
         }
     );
+    let sandbox = podunit_sandbox(&m);
     println!(
-        "{:>5}  {:>10}  {:>10}  {:>6}",
-        "pods", "podunit", "floor", "ratio"
+        "{:>5}  {:>10}  {:>10}  {:>16}  {:>6}",
+        "pods", "podunit", "floor", "floor + sandbox", "ratio"
     );
     for n in SIZES {
         let mut ours = Vec::new();
         let mut floor = Vec::new();
+        let mut sandboxed = Vec::new();
         for _ in 0..ROUNDS {
             ours.push(podunit_round(&m, n));
-            floor.push(floor_round(&m, n));
+            floor.push(floor_round(&m, n, ""));
+            sandboxed.push(floor_round(&m, n, &sandbox));
         }
-        let (o, f) = (median(ours), median(floor));
-        println!("{n:>5}  {o:>10.1}  {f:>10.1}  {:>6.2}", o / f);
+        let (o, f, b) = (median(ours), median(floor), median(sandboxed));
+        println!("{n:>5}  {o:>10.1}  {f:>10.1}  {b:>16.1}  {:>6.2}", o / b);
     }
+    println!(
+        "(ratio: podunit / (floor + sandbox), the same work for systemd)\nsandbox directives of the floor + sandbox column:\n{sandbox}"
+    );
 }
