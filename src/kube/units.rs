@@ -57,18 +57,22 @@ pub enum Changes {
 impl Changes {
     /// Adds what `other` reports.
     pub fn merge(&mut self, other: Changes) {
-        match (&mut *self, other) {
-            (_, Changes::None) | (Changes::All, _) => {}
-            (Changes::Units(a), Changes::Units(b)) => a.extend(b),
-            (Changes::Reloaded(a), Changes::Units(b) | Changes::Reloaded(b)) => a.extend(b),
-            (me @ Changes::Units(_), Changes::Reloaded(mut b)) => {
-                if let Changes::Units(a) = std::mem::replace(me, Changes::None) {
-                    b.extend(a);
-                }
-                *me = Changes::Reloaded(b);
+        *self = match (std::mem::replace(self, Changes::None), other) {
+            (c, Changes::None) | (Changes::None, c) => c,
+            (Changes::All, _) | (_, Changes::All) => Changes::All,
+            (Changes::Units(mut a), Changes::Units(b)) => {
+                a.extend(b);
+                Changes::Units(a)
             }
-            (me, other) => *me = other,
-        }
+            // Either side saw a reload: so did both together.
+            (
+                Changes::Units(mut a) | Changes::Reloaded(mut a),
+                Changes::Units(b) | Changes::Reloaded(b),
+            ) => {
+                a.extend(b);
+                Changes::Reloaded(a)
+            }
+        };
     }
 }
 
