@@ -447,7 +447,8 @@ struct MirrorRec {
 #[derive(Debug, Default)]
 struct Due {
     all: bool,
-    /// A daemon-reload finished: the pods whose units it changed (see [`Worker::changed_by_reload`]).
+    /// A daemon-reload finished: also the pods whose units it changed (see
+    /// [`Worker::changed_by_reload`]).
     reloaded: bool,
     pods: BTreeSet<(String, String)>,
 }
@@ -465,8 +466,10 @@ impl Due {
         !self.all && !self.reloaded && self.pods.is_empty()
     }
 
+    /// Whether `k` is due; a reload must have been turned into the pods it changed first.
     fn has(&self, k: &(String, String)) -> bool {
-        self.all || self.reloaded || self.pods.contains(k)
+        debug_assert!(!self.reloaded, "resolve the reload first (post_statuses)");
+        self.all || self.pods.contains(k)
     }
 }
 
@@ -1473,37 +1476,47 @@ impl Worker {
         self.status_due.pods.extend(keys);
     }
 
-    /// The pods whose units a reload changed: load, active or sub state differs from what the
-    /// last reload left (all pods when the edge cannot list units). Asking systemd for every unit's
-    /// properties after each reload cost three D-Bus calls per unit, and slowed each new pod's
-    /// start more the fuller the node was.
+    /// The pods and static pods whose units a reload changed: load, active or sub state differs
+    /// from what the last reload left (all of them when the edge cannot list units). Asking
+    /// systemd for every unit's properties after each reload cost three D-Bus calls per unit, and
+    /// slowed each new pod's start more the fuller the node was.
     fn changed_by_reload(&mut self) -> Vec<(String, String)> {
         let Some(now) = self.units.states() else {
-            return self.pods.keys().cloned().collect();
+            return self
+                .pods
+                .keys()
+                .chain(self.mirrors.keys())
+                .cloned()
+                .collect();
         };
         let before = std::mem::replace(&mut self.reload_states, now);
         let after = &self.reload_states;
-        self.pods
+        let changed = |units: &[String]| units.iter().any(|u| before.get(u) != after.get(u));
+        let pods = self.pods.iter().filter(|(_, r)| changed(&r.units));
+        let statics = self
+            .mirrors
             .iter()
-            .filter(|(_, r)| r.units.iter().any(|u| before.get(u) != after.get(u)))
-            .map(|(k, _)| k.clone())
+            .filter(|(_, m)| changed(&observe::pod_units(&m.static_pod)));
+        pods.map(|(k, _)| k)
+            .chain(statics.map(|(k, _)| k))
+            .cloned()
             .collect()
     }
 
-    fn post_statuses(&mut self, due: Due) {
+    fn post_statuses(&mut self, mut due: Due) {
+        if due.reloaded && !due.all {
+            let changed = self.changed_by_reload();
+            due.pods.extend(changed);
+            due.reloaded = false;
+        }
         let keys: Vec<(String, String)> = if due.all {
             self.pods.keys().cloned().collect()
         } else {
-            let mut keys: BTreeSet<(String, String)> = due
-                .pods
+            due.pods
                 .iter()
                 .filter(|k| self.pods.contains_key(*k))
                 .cloned()
-                .collect();
-            if due.reloaded {
-                keys.extend(self.changed_by_reload());
-            }
-            keys.into_iter().collect()
+                .collect()
         };
         let addrs = self.node_addrs();
         for (i, k) in keys.iter().enumerate() {
