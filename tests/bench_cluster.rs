@@ -27,7 +27,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use support::api::{self, API_DIR, admin, join_machine_network};
 use support::nspawn::Machine;
-use support::pods::{SOON, ctr_unit, pod_unit, wait_state};
+use support::pods::{SOON, active_since, ctr_unit, pod_unit, wait_state};
 
 const NODE: &str = "bench-node";
 const ACCESS_LOG: &str = "/var/lib/fake-api/access.log";
@@ -98,33 +98,6 @@ fn is_running_ready(p: &Pod) -> bool {
             .iter()
             .flatten()
             .any(|c| c.type_ == "Ready" && c.status == "True")
-}
-
-/// `ActiveEnterTimestamp` (µs) of every container unit that is active, by unit.
-fn active_since(m: &Machine, units: &[String]) -> HashMap<String, i64> {
-    let script: String = units
-        .iter()
-        .map(|u| {
-            format!(
-                "busctl get-property org.freedesktop.systemd1 {} org.freedesktop.systemd1.Unit ActiveState ActiveEnterTimestamp\n",
-                unit_path(u)
-            )
-        })
-        .collect();
-    let out = m.sh_ok(&script);
-    let mut lines = out.lines();
-    let mut res = HashMap::new();
-    for u in units {
-        let (Some(state), Some(ts)) = (lines.next(), lines.next()) else {
-            break;
-        };
-        if state.trim() == "s \"active\""
-            && let Some(t) = ts.trim().strip_prefix("t ").and_then(|t| t.parse().ok())
-        {
-            res.insert(u.clone(), t);
-        }
-    }
-    res
 }
 
 /// `ExecMainStartTimestamp` (µs: when systemd forked the main process) of each service.

@@ -10,9 +10,9 @@
 
 mod support;
 
-use podunit::systemd::props::unit_path;
 use std::time::Duration;
 use support::nspawn::Machine;
+use support::pods::active_since;
 
 const SIZES: [usize; 3] = [1, 10, 100];
 const ROUNDS: usize = 3;
@@ -62,28 +62,9 @@ fn now_us(m: &Machine) -> u64 {
 
 /// Waits until every unit is active; returns the latest ActiveEnterTimestamp (µs).
 fn all_active_at(m: &Machine, units: &[String]) -> u64 {
-    let script: String = units
-        .iter()
-        .map(|u| {
-            format!(
-                "busctl get-property org.freedesktop.systemd1 {} org.freedesktop.systemd1.Unit ActiveState ActiveEnterTimestamp\n",
-                unit_path(u)
-            )
-        })
-        .collect();
     m.wait_for("all containers running", LIMIT, || {
-        let out = m.sh_ok(&script);
-        let mut latest = 0u64;
-        let mut lines = out.lines();
-        for _ in units {
-            let state = lines.next()?;
-            let ts = lines.next()?;
-            if state.trim() != "s \"active\"" {
-                return None;
-            }
-            latest = latest.max(ts.trim().strip_prefix("t ")?.parse().ok()?);
-        }
-        Some(latest)
+        let active = active_since(m, units);
+        (active.len() == units.len()).then(|| active.into_values().max().unwrap_or(0) as u64)
     })
 }
 
