@@ -83,7 +83,7 @@ fn podunit_round(m: &Machine, n: usize) -> f64 {
         .collect();
     write_all(m, "/etc/pods.d", &files);
     let units: Vec<String> = (0..n)
-        .map(|i| podunit::naming::container_service("bench", &format!("p{i}"), "c"))
+        .map(|i| podunit::translate::naming::container_service("bench", &format!("p{i}"), "c"))
         .collect();
     let t0 = now_us(m);
     m.sh_ok("systemctl daemon-reload");
@@ -98,7 +98,7 @@ fn podunit_round(m: &Machine, n: usize) -> f64 {
 fn podunit_sandbox(m: &Machine) -> String {
     m.write("/tmp/sandbox-probe.yaml", pod_manifest(0).as_bytes());
     let out = m.sh_ok("podunit render /tmp/sandbox-probe.yaml");
-    let unit = podunit::naming::container_service("bench", "p0", "c");
+    let unit = podunit::translate::naming::container_service("bench", "p0", "c");
     let body = out
         .split("# ==> ")
         .find(|part| part.starts_with(&format!("{unit} <==")))

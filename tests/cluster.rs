@@ -7,14 +7,14 @@
 use fake_apiserver::{Config as ServerConfig, FakeApiServer};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
-use podunit::config::ClusterTiming;
+use podunit::common::config::ClusterTiming;
+use podunit::common::paths::Paths;
+use podunit::common::policy::Policy;
 use podunit::kube::agent::{self, AgentConfig, Shared};
 use podunit::kube::client::{self, Client, DeleteOptions};
 use podunit::kube::kubeconfig::{self, OwnerCheck};
-use podunit::kube::observe::UnitProps;
 use podunit::kube::units::{Changes, UnitStates, Units};
-use podunit::paths::Paths;
-use podunit::policy::Policy;
+use podunit::status::observe::UnitProps;
 use serde_json::json;
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -78,14 +78,15 @@ impl FakeUnits {
         let catalog = podunit::manifest::Catalog::load(paths);
         let (facts, images, _) = podunit::generate::node_setup(paths);
         let g = podunit::generate::generate(&catalog, &facts, &images);
-        let tree = paths.host(podunit::plan::GENERATOR_DIR);
+        let tree = paths.host(podunit::translate::plan::GENERATOR_DIR);
         let _ = std::fs::remove_dir_all(&tree);
         std::fs::create_dir_all(&tree).unwrap();
         assert!(podunit::generate::write_tree(&tree, &g).is_empty());
         for pod in &g.pods {
-            let unit = podunit::naming::pod_service(&pod.plan.namespace, &pod.plan.name);
+            let unit = podunit::translate::naming::pod_service(&pod.plan.namespace, &pod.plan.name);
             if starting.get(&unit) == Some(&pod.plan.uid)
-                && let Err(e) = podunit::prepare::prepare(&pod.plan, paths, &catalog, "127.0.0.1")
+                && let Err(e) =
+                    podunit::podstart::prepare::prepare(&pod.plan, paths, &catalog, "127.0.0.1")
             {
                 eprintln!("pod-prepare {unit}: {e}");
             }
@@ -169,7 +170,7 @@ impl Units for FakeUnits {
             let ns = pod.metadata.namespace.clone().unwrap();
             let name = pod.metadata.name.clone().unwrap();
             let start = now_us();
-            let pu = podunit::naming::pod_service(&ns, &name);
+            let pu = podunit::translate::naming::pod_service(&ns, &name);
             let uid = pod.metadata.uid.clone().unwrap_or_default();
             let mut uids = self.uids.lock().unwrap();
             if uids.get(&pu) != Some(&uid) {
@@ -187,7 +188,7 @@ impl Units for FakeUnits {
             });
             let spec = pod.spec.unwrap();
             for c in spec.init_containers.iter().flatten() {
-                let u = podunit::naming::container_service(&ns, &name, &c.name);
+                let u = podunit::translate::naming::container_service(&ns, &name, &c.name);
                 s.entry(u).or_insert_with(|| UnitProps {
                     sub_state: "exited".into(),
                     exec_main_code: 1,
@@ -196,7 +197,7 @@ impl Units for FakeUnits {
                 });
             }
             for c in &spec.containers {
-                let u = podunit::naming::container_service(&ns, &name, &c.name);
+                let u = podunit::translate::naming::container_service(&ns, &name, &c.name);
                 s.entry(u).or_insert_with(|| running(start));
             }
         }
@@ -436,7 +437,7 @@ fn simple(cmd: &str) -> serde_json::Value {
 }
 
 fn app_unit(pod: &str) -> String {
-    podunit::naming::container_service("default", pod, "app")
+    podunit::translate::naming::container_service("default", pod, "app")
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -739,15 +740,17 @@ fn static_pods_get_mirror_pods() {
         "a mirror is never spooled"
     );
     // The static pod's units run: the mirror shows it.
-    env.units
-        .set(&podunit::naming::pod_service("default", "local"), |u| {
+    env.units.set(
+        &podunit::translate::naming::pod_service("default", "local"),
+        |u| {
             *u = UnitProps {
                 sub_state: "exited".into(),
                 ..running(now_us())
             }
-        });
+        },
+    );
     env.units.set(
-        &podunit::naming::container_service("default", "local", "app"),
+        &podunit::translate::naming::container_service("default", "local", "app"),
         |u| *u = running(now_us()),
     );
     env.wait_phase(&format!("local-{NODE}"), "Running");

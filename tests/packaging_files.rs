@@ -5,7 +5,7 @@
 mod pkg;
 
 use pkg::{Entry, manifest, repo};
-use podunit::paths::Paths;
+use podunit::common::paths::Paths;
 use std::collections::BTreeSet;
 use std::process::Command;
 
@@ -243,7 +243,7 @@ fn uncommented_config() -> String {
 
 #[test]
 fn shipped_config_documents_the_real_keys_and_defaults() {
-    use podunit::config::Config;
+    use podunit::common::config::Config;
     // As shipped, it is the default configuration.
     let shipped = Config::parse(&read("packaging/config.yaml")).unwrap();
     assert_eq!(shipped.config, Config::default());

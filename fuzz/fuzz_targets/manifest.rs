@@ -6,7 +6,7 @@
 use libfuzzer_sys::fuzz_target;
 use podunit::generate::generate;
 use podunit::manifest::Catalog;
-use podunit::paths::Source;
+use podunit::common::paths::Source;
 use podunit::translate::NodeFacts;
 use std::path::Path;
 

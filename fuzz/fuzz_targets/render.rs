@@ -14,7 +14,7 @@ use libfuzzer_sys::arbitrary::{self, Arbitrary};
 use libfuzzer_sys::fuzz_target;
 use podunit::generate::generate;
 use podunit::manifest::{Catalog, PodEntry, static_uid};
-use podunit::paths::Source;
+use podunit::common::paths::Source;
 use podunit::translate::NodeFacts;
 use std::path::PathBuf;
 

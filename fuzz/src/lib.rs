@@ -12,8 +12,8 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use podunit::escape::parse;
 use podunit::generate::Generated;
 use podunit::manifest::{Catalog, PodEntry};
-use podunit::naming;
-use podunit::paths::Paths;
+use podunit::translate::naming;
+use podunit::common::paths::Paths;
 use podunit::translate::env::{field_ref_supported, field_value, resource_value};
 use podunit::translate::image::{ImageResolver, Probe};
 use podunit::translate::{NodeFacts, Output, PodUnits};
@@ -501,8 +501,8 @@ pub fn check_pod(entry: &PodEntry, units: &PodUnits, node: &NodeFacts) {
     header_ok(&pod_unit, &e);
     let plan_file = format!(
         "{}/podunit/{}",
-        podunit::plan::GENERATOR_DIR,
-        podunit::plan::PodPlan::file_name(&pod_unit)
+        podunit::translate::plan::GENERATOR_DIR,
+        podunit::translate::plan::PodPlan::file_name(&pod_unit)
     );
     for (key, verb) in [
         ("ExecStart", "pod-prepare"),

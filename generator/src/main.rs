@@ -3,9 +3,9 @@
 //! Called as `podunit-generator NORMAL_DIR [EARLY_DIR LATE_DIR]`; writes only into NORMAL_DIR.
 //! Reads files and writes units: no network, no D-Bus, no waiting on anything.
 
+use podunit::common::paths::Paths;
 use podunit::generate::{generate_into, node_setup_with_policy};
 use podunit::manifest::Catalog;
-use podunit::paths::Paths;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -50,7 +50,7 @@ fn main() -> ExitCode {
 fn report(msg: &str, error: bool) {
     eprintln!("podunit-generator: {msg}");
     // Under a test root the host's logs are not ours to write.
-    if std::env::var_os(podunit::paths::ROOT_ENV).is_some_and(|r| !r.is_empty()) {
+    if std::env::var_os(podunit::common::paths::ROOT_ENV).is_some_and(|r| !r.is_empty()) {
         return;
     }
     let flat = msg.replace(['\n', '\r'], " ");

@@ -205,11 +205,11 @@ fn every_golden_unit_passes_systemd_analyze_verify() {
 /// promises that what render shows is what boot gets.
 #[test]
 fn render_and_the_generator_write_the_same_tree() {
+    use podunit::common::paths::Paths;
     use podunit::generate::{
         generate_into, generate_with_policy, node_setup_with_policy, write_tree,
     };
     use podunit::manifest::Catalog;
-    use podunit::paths::Paths;
     for case in cases() {
         let tmp = tempdir(&format!(
             "same-{}",
@@ -236,8 +236,9 @@ fn render_and_the_generator_write_the_same_tree() {
             "{}",
             case.display()
         );
-        let text =
-            |ps: &[podunit::diag::Problem]| ps.iter().map(|p| p.to_string()).collect::<Vec<_>>();
+        let text = |ps: &[podunit::common::diag::Problem]| {
+            ps.iter().map(|p| p.to_string()).collect::<Vec<_>>()
+        };
         assert_eq!(text(&g.problems), text(&w.problems), "{}", case.display());
         let _ = std::fs::remove_dir_all(&tmp);
     }

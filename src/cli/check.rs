@@ -1,11 +1,11 @@
 //! `podunit check [PATH...]` and `podunit render [PATH...]`: the generator's own code, shown.
 
-use crate::diag::Problem;
+use crate::common::diag::Problem;
+use crate::common::paths::Paths;
 use crate::generate::{
     Generated, generate_with_policy, node_setup_with_policy, render_text, write_tree,
 };
 use crate::manifest::Catalog;
-use crate::paths::Paths;
 use std::path::PathBuf;
 use std::process::ExitCode;
 

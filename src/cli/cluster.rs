@@ -1,9 +1,9 @@
 //! `podunit-sync` in cluster mode: load the kubeconfig (refusing loose permissions) and run the node
 //! agent until killed.
 
-use crate::config::Config;
+use crate::common::config::Config;
+use crate::common::paths::Paths;
 use crate::kube::{agent, client::Client, kubeconfig, units};
-use crate::paths::Paths;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;

@@ -3,8 +3,8 @@
 //! CONTAINER_NAME=`). `--previous` is the run before the current one: systemd gives every run
 //! of a unit its own `_SYSTEMD_INVOCATION_ID` (journalctl 252 has no `--invocation` yet, so the
 //! previous id is found in the journal).
-use crate::generated::{ContainerKind, GeneratedPod, PodKey};
-use crate::paths::Paths;
+use crate::common::paths::Paths;
+use crate::localsync::generator_output::{ContainerKind, GeneratedPod, PodKey};
 use crate::systemd::Client;
 use std::process::ExitCode;
 

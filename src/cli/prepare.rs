@@ -1,9 +1,9 @@
 //! `podunit pod-prepare PLAN` / `pod-cleanup PLAN`: run by a pod's unit, not by people.
 
+use crate::common::paths::Paths;
 use crate::manifest::Catalog;
-use crate::paths::Paths;
-use crate::plan::PodPlan;
-use crate::prepare;
+use crate::podstart::prepare;
+use crate::translate::plan::PodPlan;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -107,11 +107,11 @@ pub struct SubpathArgs {
 }
 
 /// `subpath VOLUME SUBPATH`: fails the container's start when the subPath leads through a
-/// symlink (see [`crate::subpath`]).
+/// symlink (see [`crate::podstart::subpath`]).
 pub fn subpath(args: SubpathArgs) -> ExitCode {
     let paths = Paths::from_env();
     let volume = paths.host(&args.volume.to_string_lossy());
-    match crate::subpath::ensure(&volume, &args.sub_path) {
+    match crate::podstart::subpath::ensure(&volume, &args.sub_path) {
         Ok(_) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("podunit subpath: {e}");

@@ -1,10 +1,10 @@
 //! `podunit status [POD]`: pods like `kubectl get pods`, or one pod's containers with their logs.
-use crate::generated::{self, GeneratedPod};
-use crate::paths::Paths;
-use crate::status::{self, ContainerState, ContainerStatus, PodStatus};
+use crate::common::paths::Paths;
+use crate::common::timefmt;
+use crate::localsync::generator_output::{self as generated, GeneratedPod};
+use crate::status::pod::{self as status, ContainerState, ContainerStatus, PodStatus};
+use crate::status::unit::UnitState;
 use crate::systemd::{self, Client};
-use crate::timefmt;
-use crate::unitstate::UnitState;
 use std::collections::HashMap;
 use std::process::ExitCode;
 
@@ -316,7 +316,7 @@ fn run_inner(args: &Args) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::generated::PodKey;
+    use crate::localsync::generator_output::PodKey;
 
     #[test]
     fn tables_align_like_kubectl() {

@@ -1,6 +1,6 @@
 //! `podunit-sync`: the reconcile helper (local mode) and, with a kubeconfig, the node agent.
+use crate::common::paths::Paths;
 use crate::localsync::{self, Msg, Options, Syncer};
-use crate::paths::Paths;
 use crate::systemd::{Client, notify::notify};
 use clap::Parser;
 use nix::sys::signal::{SigSet, Signal};
@@ -45,7 +45,7 @@ pub fn main() -> ExitCode {
     if let Some(s) = args.state_file {
         opts.state_file = s;
     }
-    let config = match crate::config::Config::load(&opts.paths.config_file()) {
+    let config = match crate::common::config::Config::load(&opts.paths.config_file()) {
         Ok(l) => l.config,
         Err(e) => {
             localsync::log(&format!("{e}"));
@@ -150,7 +150,7 @@ pub fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     if config.watch_manifests {
-        crate::watch::spawn(syncer.opts.paths.clone(), tx.clone());
+        crate::localsync::watch::spawn(syncer.opts.paths.clone(), tx.clone());
     }
     drop(tx);
     if let Some(agent) = cluster {

@@ -16,15 +16,15 @@
 use super::backoff::Backoff;
 use super::client::{self, ApiError, Client, DeleteOptions, ListParams};
 use super::compact::Compact;
-use super::observe::{self, UnitProps};
-use super::podstatus::{self, NodeAddrs};
 use super::spool::{self, Spool};
 use super::units::{Changes, UnitStates, Units};
 use super::watch::Event;
 use super::{mirror, node, token};
-use crate::config::ClusterTiming;
-use crate::paths::Paths;
-use crate::policy::{self, Policy};
+use crate::common::config::ClusterTiming;
+use crate::common::paths::Paths;
+use crate::common::policy::{self, Policy};
+use crate::status::api::{self as podstatus, NodeAddrs};
+use crate::status::observe::{self, UnitProps};
 use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, PodStatus, Secret};
@@ -722,7 +722,7 @@ impl Worker {
     }
 
     fn stop_units_of_file(&self, k: &(String, String)) {
-        let units = vec![crate::naming::pod_service(&k.0, &k.1)];
+        let units = vec![crate::translate::naming::pod_service(&k.0, &k.1)];
         if let Err(e) = self.units.stop(&units, false) {
             log(format!("stopping {}/{}: {e}", k.0, k.1));
         }
@@ -936,7 +936,7 @@ impl Worker {
     fn validate(&self, k: &(String, String), text: &str) -> Result<(), String> {
         let mut c = crate::manifest::Catalog::default();
         let shown = PathBuf::from(Paths::SPOOL).join(spool::file_name(&k.0, &k.1));
-        c.add_text(&shown, text, crate::paths::Source::Spool);
+        c.add_text(&shown, text, crate::common::paths::Source::Spool);
         let facts = crate::generate::detect_node(&self.cfg.paths);
         let images = crate::generate::FsImages {
             paths: self.cfg.paths.clone(),
@@ -1010,7 +1010,7 @@ impl Worker {
 
     fn token_file(&self, uid: &str, path: &str) -> Option<PathBuf> {
         let dir = self.cfg.paths.host(&format!("{}/{uid}", Paths::TOKENS));
-        crate::paths::join_inside(&dir, path)
+        crate::common::paths::join_inside(&dir, path)
     }
 
     /// Requests every token the pod's projected volumes need that is missing or due and writes
@@ -1089,16 +1089,16 @@ impl Worker {
     /// own sandbox may not chown to). A pod that does not run yet gets its files from pod-prepare.
     fn refresh_volumes(&mut self, k: &(String, String)) {
         let Some(rec) = self.pods.get(k) else { return };
-        let unit = crate::naming::pod_service(&k.0, &k.1);
+        let unit = crate::translate::naming::pod_service(&k.0, &k.1);
         let plan_path = format!(
             "{}/{}/{}",
-            crate::plan::GENERATOR_DIR,
-            crate::plan::PLAN_DIR,
-            crate::plan::PodPlan::file_name(&unit)
+            crate::translate::plan::GENERATOR_DIR,
+            crate::translate::plan::PLAN_DIR,
+            crate::translate::plan::PodPlan::file_name(&unit)
         );
         let Some(plan) = std::fs::read_to_string(self.cfg.paths.host(&plan_path))
             .ok()
-            .and_then(|t| serde_json::from_str::<crate::plan::PodPlan>(&t).ok())
+            .and_then(|t| serde_json::from_str::<crate::translate::plan::PodPlan>(&t).ok())
         else {
             return;
         };
@@ -1114,7 +1114,7 @@ impl Worker {
             unit.trim_end_matches(".service"),
             self.refresh_runs
         );
-        if name.len() > crate::naming::UNIT_NAME_MAX {
+        if name.len() > crate::translate::naming::UNIT_NAME_MAX {
             // A pod unit name near the limit: the UID names the pod as well, in 36 characters.
             name = format!("podunit-refresh-{}-{}.service", plan.uid, self.refresh_runs);
         }

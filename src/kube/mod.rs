@@ -10,8 +10,6 @@ pub mod compact;
 pub mod kubeconfig;
 pub mod mirror;
 pub mod node;
-pub mod observe;
-pub mod podstatus;
 pub mod spool;
 pub mod token;
 pub mod units;

@@ -274,7 +274,7 @@ pub fn gather(storage: &Path, override_ip: Option<&str>) -> HostInfo {
         addresses = host_addresses(&read("/proc/net/route"));
     }
     HostInfo {
-        hostname: crate::config::host_name(),
+        hostname: crate::common::config::host_name(),
         cpus: std::thread::available_parallelism()
             .map(|n| n.get() as u32)
             .unwrap_or(1),

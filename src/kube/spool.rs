@@ -364,7 +364,7 @@ spec:
         c.add_text(
             Path::new("/var/lib/podunit/spool/ns_p.yaml"),
             &text,
-            crate::paths::Source::Spool,
+            crate::common::paths::Source::Spool,
         );
         assert!(c.problems.is_empty(), "{:?}", c.problems);
         assert_eq!(c.pods.len(), 1);

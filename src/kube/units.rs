@@ -4,7 +4,7 @@
 //! so the D-Bus client (signals instead of waiting) can replace the `systemctl` implementation
 //! without touching the loops.
 
-use super::observe::{self, UnitProps};
+use crate::status::observe::{self, UnitProps};
 use std::collections::{BTreeSet, HashMap};
 use std::process::Command;
 use std::time::Duration;
@@ -194,8 +194,8 @@ impl Dbus {
 }
 
 /// The unit properties status needs, from the D-Bus client's state.
-pub fn props_from_state(u: &crate::unitstate::UnitState) -> UnitProps {
-    use crate::unitstate::ExitKind;
+pub fn props_from_state(u: &crate::status::unit::UnitState) -> UnitProps {
+    use crate::status::unit::ExitKind;
     UnitProps {
         load_state: u.load_state.clone(),
         active_state: u.active_state.clone(),

@@ -1,11 +1,12 @@
 //! Loading manifests: which files count, how they parse, and the catalog of pods, ConfigMaps and
-//! Secrets they hold. Validation of what parsed lives in [`crate::validate`].
+//! Secrets they hold. Validation of what parsed lives in [`crate::manifest::validate`].
 
 pub mod discover;
 pub mod parse;
+pub mod validate;
 
-use crate::diag::Problem;
-use crate::paths::{Paths, Source};
+use crate::common::diag::Problem;
+use crate::common::paths::{Paths, Source};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use parse::{Object, UnknownFields};
 use sha2::{Digest, Sha256};
@@ -64,7 +65,7 @@ impl Catalog {
                     .push(Problem::error(&dir, format!("cannot read directory: {e}"))),
             }
         }
-        let parsed = crate::parallel::map(&files, |(source, dir, f)| {
+        let parsed = crate::common::parallel::map(&files, |(source, dir, f)| {
             // Units and messages name the host path, not the test root's.
             let shown = Path::new("/").join(f.strip_prefix(&paths.root).unwrap_or(f));
             let result = match discover::check_trusted(&paths.root, dir, f) {

@@ -1,6 +1,6 @@
 //! One manifest file's text -> typed Kubernetes objects, with every problem located.
 
-use crate::diag::{FieldPath, Problem};
+use crate::common::diag::{FieldPath, Problem};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use serde::de::DeserializeOwned;
 use serde_json::Value;

@@ -5,7 +5,7 @@
 pub mod notify;
 pub mod props;
 
-use crate::unitstate::{ListedUnit, UnitState};
+use crate::status::unit::{ListedUnit, UnitState};
 use std::collections::HashMap;
 use std::fmt;
 use zbus::blocking::{Connection, MessageIterator};

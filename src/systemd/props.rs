@@ -2,7 +2,7 @@
 //! [`UnitState`], `ListUnits` rows to [`ListedUnit`], unit names to object paths and back.
 //! No bus needed, so all of it is unit-tested.
 
-use crate::unitstate::{ExitKind, ListedUnit, UnitState};
+use crate::status::unit::{ExitKind, ListedUnit, UnitState};
 use std::collections::HashMap;
 use zbus::zvariant::{OwnedObjectPath, OwnedValue, Value};
 

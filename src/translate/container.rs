@@ -3,12 +3,12 @@
 use super::image::{self, ImageResolver, ImageRoot};
 use super::volumes::{self, Ownership};
 use super::{Fault, NodeFacts, env, resources, security};
+use crate::common::paths::Paths;
 use crate::escape::Arg;
 use crate::manifest::PodEntry;
-use crate::naming;
-use crate::paths::Paths;
-use crate::plan::{EnvFilePlan, PodPlan};
-use crate::unit::{UnitFile, Value};
+use crate::translate::naming;
+use crate::translate::plan::{EnvFilePlan, PodPlan};
+use crate::translate::unit::{UnitFile, Value};
 use k8s_openapi::api::core::v1::{Container, Pod};
 
 /// The kubelet's first CrashLoopBackOff delay, and its cap.

@@ -3,9 +3,9 @@
 //! expansion over both.
 
 use super::{Fault, NodeFacts};
+use crate::common::quantity;
 use crate::escape::{Arg, Piece};
-use crate::plan::{EnvEntry, EnvFilePlan};
-use crate::quantity;
+use crate::translate::plan::{EnvEntry, EnvFilePlan};
 use k8s_openapi::api::core::v1::{Container, EnvVar, Pod};
 use std::collections::BTreeMap;
 
@@ -60,9 +60,11 @@ pub fn field_value(pod: &Pod, node: &NodeFacts, path: &str) -> Option<String> {
                     .or_else(|| s.service_account.clone())
             })
             .unwrap_or_else(|| "default".into()),
-        "metadata.labels" => crate::plan::format_map(m.labels.as_ref().unwrap_or(&BTreeMap::new())),
+        "metadata.labels" => {
+            crate::translate::plan::format_map(m.labels.as_ref().unwrap_or(&BTreeMap::new()))
+        }
         "metadata.annotations" => {
-            crate::plan::format_map(m.annotations.as_ref().unwrap_or(&BTreeMap::new()))
+            crate::translate::plan::format_map(m.annotations.as_ref().unwrap_or(&BTreeMap::new()))
         }
         p => {
             let (which, key) = label_key(p)?;

@@ -1,7 +1,7 @@
 //! `image` -> where the container's root filesystem comes from (DESIGN.md §6). The filesystem is
 //! looked at by the caller (an [`ImageResolver`]); this module only decides.
 
-use crate::paths::Paths;
+use crate::common::paths::Paths;
 
 /// What an image reference resolved to on this host.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -4,16 +4,18 @@
 pub mod container;
 pub mod env;
 pub mod image;
+pub mod naming;
+pub mod plan;
 pub mod resources;
 pub mod security;
+pub mod unit;
 pub mod volumes;
 
-use crate::diag::Problem;
+use crate::common::diag::Problem;
+use crate::common::paths::Paths;
 use crate::manifest::PodEntry;
-use crate::naming;
-use crate::paths::Paths;
-use crate::plan::{PLAN_DIR, PodPlan};
-use crate::unit::{UnitFile, Value};
+use crate::translate::plan::{PLAN_DIR, PodPlan};
+use crate::translate::unit::{UnitFile, Value};
 use image::ImageResolver;
 
 /// A problem found while translating, located by field path.
@@ -143,7 +145,7 @@ pub fn translate(
     let source = entry.file.display().to_string();
     let plan_file = format!(
         "{}/{PLAN_DIR}/{}",
-        crate::plan::GENERATOR_DIR,
+        crate::translate::plan::GENERATOR_DIR,
         PodPlan::file_name(&pod_unit)
     );
 

@@ -1,8 +1,8 @@
 //! resources -> cgroup settings, with the kubelet's formulas.
 
 use super::Fault;
-use crate::quantity;
-use crate::unit::Section;
+use crate::common::quantity;
+use crate::translate::unit::Section;
 use k8s_openapi::api::core::v1::ResourceRequirements;
 
 /// The kubelet's cpu.shares from a request (MilliCPUToShares), then its cgroup v2 weight

@@ -1,7 +1,7 @@
 //! securityContext -> the identity and sandbox of a container's process.
 
 use super::Fault;
-use crate::unit::{Section, Value};
+use crate::translate::unit::{Section, Value};
 use k8s_openapi::api::core::v1::{Container, PodSecurityContext, SecurityContext};
 
 /// The capabilities a container runtime grants by default (containerd's and Docker's default set).

@@ -2,9 +2,9 @@
 //! binds it (`BindPaths=` / `BindReadOnlyPaths=`).
 
 use super::{Fault, NodeFacts};
-use crate::paths::Paths;
-use crate::plan::{FileSource, KeyFile, VolumeKind, VolumePlan};
-use crate::quantity;
+use crate::common::paths::Paths;
+use crate::common::quantity;
+use crate::translate::plan::{FileSource, KeyFile, VolumeKind, VolumePlan};
 use k8s_openapi::api::core::v1::{Container, KeyToPath, Pod, Volume};
 
 /// Kubernetes' default mode for configMap, downwardAPI and projected files (0644).

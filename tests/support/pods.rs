@@ -9,15 +9,15 @@ use super::nspawn::{Machine, PROBE_DIR};
 pub const SOON: Duration = Duration::from_secs(60);
 
 pub fn pod_unit(ns: &str, pod: &str) -> String {
-    podunit::naming::pod_service(ns, pod)
+    podunit::translate::naming::pod_service(ns, pod)
 }
 
 pub fn ctr_unit(ns: &str, pod: &str, container: &str) -> String {
-    podunit::naming::container_service(ns, pod, container)
+    podunit::translate::naming::container_service(ns, pod, container)
 }
 
 pub fn pod_slice(ns: &str, pod: &str) -> String {
-    podunit::naming::pod_slice(ns, pod)
+    podunit::translate::naming::pod_slice(ns, pod)
 }
 
 /// A YAML scalar holding exactly `s`: a JSON string is a valid YAML 1.2 double-quoted scalar.

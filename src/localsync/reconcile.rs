@@ -11,9 +11,9 @@
 //! - a unit whose file is gone (`not-found`) is stopped if it runs, and reset if it failed, so no
 //!   leftovers stay behind. Units with a file that the generator did not write are not ours to stop.
 
-use crate::generated::{GeneratedPod, PodKey};
-use crate::naming;
-use crate::unitstate::ListedUnit;
+use crate::localsync::generator_output::{GeneratedPod, PodKey};
+use crate::status::unit::ListedUnit;
+use crate::translate::naming;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// What podunit-sync last did for one pod.
@@ -182,7 +182,7 @@ pub fn unseen_spool(spool_files: &[String], desired: &[GeneratedPod]) -> Vec<Str
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::generated::{ContainerKind, GeneratedContainer};
+    use crate::localsync::generator_output::{ContainerKind, GeneratedContainer};
 
     const BOOT: &str = "b1";
 

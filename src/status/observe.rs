@@ -1,11 +1,11 @@
 //! From unit properties to the kubelet's view of a pod ([`Observed`]): which state each container is
 //! in, whether init containers are done, the phase. Pure; the properties come from systemd.
 
-use super::podstatus::{Observed, ObservedContainer, State};
-use crate::containerstate::{self, UnitFacts};
-use crate::generated::ContainerKind as Kind;
-use crate::naming;
-use crate::unitstate::ExitKind;
+use crate::localsync::generator_output::ContainerKind as Kind;
+use crate::status::api::{Observed, ObservedContainer, State};
+use crate::status::container::{self as containerstate, UnitFacts};
+use crate::status::unit::ExitKind;
+use crate::translate::naming;
 use k8s_openapi::api::core::v1::Pod;
 use std::collections::HashMap;
 
@@ -28,7 +28,7 @@ pub struct UnitProps {
 }
 
 impl UnitProps {
-    /// What the container state depends on ([`crate::containerstate`]).
+    /// What the container state depends on ([`crate::status::container`]).
     fn facts(&self) -> UnitFacts<'_> {
         UnitFacts {
             active_state: &self.active_state,

@@ -4,7 +4,7 @@
 //! policy. Unknown keys are not fatal (a newer config on an older podunit must still boot the node) but
 //! are reported with their path, so a typo does not silently fall back to a default.
 
-use crate::policy::Policy;
+use crate::common::policy::Policy;
 use serde::Deserialize;
 use std::fmt;
 use std::path::{Path, PathBuf};

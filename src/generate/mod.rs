@@ -2,11 +2,12 @@
 //! The generator, `podunit render` and `podunit check` all run [`generate`], so what they show is
 //! what boot gets.
 
-use crate::diag::Problem;
+use crate::common::diag::Problem;
 use crate::manifest::Catalog;
+use crate::manifest::validate;
 use crate::translate::image::{ImageResolver, Probe};
+use crate::translate::naming;
 use crate::translate::{NodeFacts, Output, PodUnits, translate};
-use crate::{naming, validate};
 use std::io;
 use std::path::Path;
 
@@ -49,7 +50,7 @@ pub fn generate_with_policy(
         problems: catalog.problems.clone(),
     };
     // Pods are independent: validated and translated in parallel, gathered in catalog order.
-    let results = crate::parallel::map(&catalog.pods, |entry| {
+    let results = crate::common::parallel::map(&catalog.pods, |entry| {
         generate_pod(entry, node, images, policy)
     });
     for (problems, units) in results {
@@ -88,7 +89,7 @@ pub fn generate_into(
         problems: catalog.problems.clone(),
         failed: Vec::new(),
     };
-    let results = crate::parallel::map(&catalog.pods, |entry| {
+    let results = crate::common::parallel::map(&catalog.pods, |entry| {
         let (problems, units) = generate_pod(entry, node, images, policy);
         (problems, units.and_then(|pod| write_reported(dir, &pod)))
     });
@@ -109,7 +110,7 @@ fn generate_pod(
 ) -> (Vec<Problem>, Option<PodUnits>) {
     if let Some(p) = policy
         && entry.source.is_static()
-        && let Err(v) = crate::policy::check_resolved(&entry.pod, &p.policy, &|path| {
+        && let Err(v) = crate::common::policy::check_resolved(&entry.pod, &p.policy, &|path| {
             host_realpath(&p.paths, path)
         })
     {
@@ -138,7 +139,7 @@ fn generate_pod(
 /// Each pod is written on its own: one that cannot be written (a full disk, say) is reported and
 /// the others are still written. Returns the pods that failed, with why.
 pub fn write_tree(dir: &Path, g: &Generated) -> Vec<(String, io::Error)> {
-    crate::parallel::map(&g.pods, |pod| write_reported(dir, pod))
+    crate::common::parallel::map(&g.pods, |pod| write_reported(dir, pod))
         .into_iter()
         .flatten()
         .collect()
@@ -224,7 +225,7 @@ pub fn render_text(g: &Generated) -> String {
 
 /// Looks image paths up on the real filesystem (under the `PODUNIT_ROOT` prefix).
 pub struct FsImages {
-    pub paths: crate::paths::Paths,
+    pub paths: crate::common::paths::Paths,
     pub host_aliases: Vec<String>,
 }
 
@@ -244,19 +245,19 @@ impl ImageResolver for FsImages {
 
 /// The node policy local pods must meet, and where their host paths are resolved.
 pub struct LocalPolicy {
-    pub policy: crate::policy::Policy,
-    pub paths: crate::paths::Paths,
+    pub policy: crate::common::policy::Policy,
+    pub paths: crate::common::paths::Paths,
 }
 
 /// The canonical host path of `path` (under the test root), if it exists.
-pub fn host_realpath(paths: &crate::paths::Paths, path: &str) -> Option<String> {
+pub fn host_realpath(paths: &crate::common::paths::Paths, path: &str) -> Option<String> {
     let real = std::fs::canonicalize(paths.host(path)).ok()?;
     let rel = real.strip_prefix(&paths.root).ok()?;
     Some(std::path::Path::new("/").join(rel).display().to_string())
 }
 
 /// Node facts read from the host: hostname, CPUs, memory.
-pub fn detect_node(paths: &crate::paths::Paths) -> NodeFacts {
+pub fn detect_node(paths: &crate::common::paths::Paths) -> NodeFacts {
     let read = |p: &str| std::fs::read_to_string(paths.host(p)).unwrap_or_default();
     let hostname = read("/proc/sys/kernel/hostname").trim().to_string();
     let cpus = std::thread::available_parallelism()
@@ -282,28 +283,28 @@ pub fn detect_node(paths: &crate::paths::Paths) -> NodeFacts {
 /// Node facts and image resolution as the node configuration sets them. A configuration that
 /// cannot be read is reported (the returned problem) and the defaults are used: a typo there must
 /// not keep every pod from starting.
-pub fn node_setup(paths: &crate::paths::Paths) -> (NodeFacts, FsImages, Option<String>) {
+pub fn node_setup(paths: &crate::common::paths::Paths) -> (NodeFacts, FsImages, Option<String>) {
     let (node, images, problem, _) = node_setup_with_policy(paths);
     (node, images, problem)
 }
 
 /// As [`node_setup`], plus the policy local pods must meet (`policy.local: enforce`), if any.
 pub fn node_setup_with_policy(
-    paths: &crate::paths::Paths,
+    paths: &crate::common::paths::Paths,
 ) -> (NodeFacts, FsImages, Option<String>, Option<LocalPolicy>) {
-    let (config, problem) = match crate::config::Config::load(&paths.config_file()) {
+    let (config, problem) = match crate::common::config::Config::load(&paths.config_file()) {
         Ok(l) => {
             let unknown = (!l.unknown_keys.is_empty()).then(|| {
                 format!(
                     "{}: unknown keys (ignored): {}",
-                    crate::paths::Paths::CONFIG,
+                    crate::common::paths::Paths::CONFIG,
                     l.unknown_keys.join(", ")
                 )
             });
             (l.config, unknown)
         }
         Err(e) => (
-            crate::config::Config::default(),
+            crate::common::config::Config::default(),
             Some(format!("{e} (using the defaults)")),
         ),
     };
@@ -311,7 +312,7 @@ pub fn node_setup_with_policy(
     if let Some(n) = config.node_name.as_deref().filter(|n| !n.is_empty()) {
         node.node_name = n.to_string();
     }
-    node.private_network = config.network == crate::config::Network::Private;
+    node.private_network = config.network == crate::common::config::Network::Private;
     node.restart_steps = config.restart_backoff_steps;
     node.podunit_bin = podunit_bin(paths);
     let images = FsImages {
@@ -324,20 +325,21 @@ pub fn node_setup_with_policy(
             .cloned()
             .collect(),
     };
-    let policy = (config.policy.local == crate::policy::Local::Enforce).then(|| LocalPolicy {
-        policy: config.policy.clone(),
-        paths: paths.clone(),
-    });
+    let policy =
+        (config.policy.local == crate::common::policy::Local::Enforce).then(|| LocalPolicy {
+            policy: config.policy.clone(),
+            paths: paths.clone(),
+        });
     (node, images, problem, policy)
 }
 
 /// The `podunit` units should run: this installation's (see [`installed_podunit_bin`]), else
 /// `/usr/bin/podunit`.
-pub fn podunit_bin(paths: &crate::paths::Paths) -> String {
+pub fn podunit_bin(paths: &crate::common::paths::Paths) -> String {
     std::env::current_exe()
         .ok()
         .and_then(|exe| installed_podunit_bin(&paths.root, &exe))
-        .unwrap_or_else(|| crate::paths::Paths::PODUNIT_BIN.to_string())
+        .unwrap_or_else(|| crate::common::paths::Paths::PODUNIT_BIN.to_string())
 }
 
 /// Where `podunit` is, judged from where this program runs: `<prefix>/bin/podunit` when it is

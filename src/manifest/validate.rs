@@ -1,9 +1,9 @@
 //! Validation of a parsed pod, as the API server's would refuse it, plus what podunit cannot honour.
 //! Every problem carries its field path.
 
-use crate::diag::{FieldPath, Problem};
+use crate::common::diag::{FieldPath, Problem};
+use crate::common::quantity;
 use crate::manifest::PodEntry;
-use crate::quantity;
 use k8s_openapi::api::core::v1::{Container, EnvVar, Pod, Volume, VolumeMount};
 use std::collections::{BTreeMap, BTreeSet};
 

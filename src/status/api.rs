@@ -13,7 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
 /// A container's state as observed from its unit (µs timestamps since the epoch, 0 = unknown).
-pub use crate::containerstate::State;
+pub use crate::status::container::State;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObservedContainer {
@@ -403,7 +403,8 @@ pub fn qos_class(pod: &Pod) -> &'static str {
 }
 
 fn is_zero(q: &str) -> bool {
-    matches!(crate::quantity::cpu_millis(q), Ok(0)) || matches!(crate::quantity::bytes(q), Ok(0))
+    matches!(crate::common::quantity::cpu_millis(q), Ok(0))
+        || matches!(crate::common::quantity::bytes(q), Ok(0))
 }
 
 fn same_quantity(resource: &str, a: &str, b: &str) -> bool {
@@ -411,9 +412,9 @@ fn same_quantity(resource: &str, a: &str, b: &str) -> bool {
         return true;
     }
     if resource == "cpu" {
-        matches!((crate::quantity::cpu_millis(a), crate::quantity::cpu_millis(b)), (Ok(x), Ok(y)) if x == y)
+        matches!((crate::common::quantity::cpu_millis(a), crate::common::quantity::cpu_millis(b)), (Ok(x), Ok(y)) if x == y)
     } else {
-        matches!((crate::quantity::bytes(a), crate::quantity::bytes(b)), (Ok(x), Ok(y)) if x == y)
+        matches!((crate::common::quantity::bytes(a), crate::common::quantity::bytes(b)), (Ok(x), Ok(y)) if x == y)
     }
 }
 

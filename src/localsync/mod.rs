@@ -4,11 +4,15 @@
 //! forward events into its channel (D-Bus signals, SIGTERM, manifest changes), so a termination
 //! request is handled between two reconciles, never in the middle of writing the record.
 
-use crate::generated::{self, GeneratedPod};
-use crate::paths::Paths;
-use crate::reconcile::{self, Action, State};
-use crate::statefile;
+pub mod generator_output;
+pub mod reconcile;
+pub mod statefile;
+pub mod watch;
+
+use crate::common::paths::Paths;
 use crate::systemd::{self, Client, Event};
+use generator_output::GeneratedPod;
+use reconcile::{Action, State};
 use std::collections::HashSet;
 use std::fmt;
 use std::path::PathBuf;
@@ -28,7 +32,7 @@ pub struct Options {
 impl Options {
     pub fn from_paths(paths: Paths) -> Self {
         Options {
-            generator_dir: paths.host(generated::GENERATOR_DIR),
+            generator_dir: paths.host(generator_output::GENERATOR_DIR),
             state_file: paths.host(statefile::STATE_FILE),
             paths,
         }
@@ -39,7 +43,7 @@ impl Options {
 pub enum Error {
     Systemd(systemd::Error),
     State(statefile::Error),
-    Generated(generated::Error),
+    Generated(generator_output::Error),
 }
 
 impl fmt::Display for Error {
@@ -64,8 +68,8 @@ impl From<statefile::Error> for Error {
         Error::State(e)
     }
 }
-impl From<generated::Error> for Error {
-    fn from(e: generated::Error) -> Self {
+impl From<generator_output::Error> for Error {
+    fn from(e: generator_output::Error) -> Self {
         Error::Generated(e)
     }
 }
@@ -111,7 +115,7 @@ pub struct Syncer {
     /// (deadline, unit, stop job): SIGKILL the unit if its stop job is still running then.
     kill_at: Vec<(Instant, String, String)>,
     /// Removed pods whose directories go once no stop job is left.
-    pending_cleanups: Vec<(crate::generated::PodKey, String)>,
+    pending_cleanups: Vec<(crate::localsync::generator_output::PodKey, String)>,
     /// Slices of removed pods: stopped last, after their pods' cleanup has been queued, so a
     /// removed pod's units are all gone only once its files are.
     pending_slices: Vec<String>,
@@ -131,19 +135,22 @@ impl Syncer {
     }
 
     fn desired(&self) -> Result<Vec<GeneratedPod>, Error> {
-        Ok(generated::scan(&self.opts.generator_dir)?)
+        Ok(generator_output::scan(&self.opts.generator_dir)?)
     }
 
     /// Loaded `podunit-*` units. Pod units the generator did not render this time get their
     /// `FragmentPath` looked up: a slice stays `loaded` without its file, and only a unit
     /// without a file is ours to stop (a hand-written unit of the same name is not).
-    fn actual(&self, desired: &[GeneratedPod]) -> Result<Vec<crate::unitstate::ListedUnit>, Error> {
+    fn actual(
+        &self,
+        desired: &[GeneratedPod],
+    ) -> Result<Vec<crate::status::unit::ListedUnit>, Error> {
         let rendered: HashSet<String> = desired.iter().flat_map(|p| p.units()).collect();
         let mut units = self.client.list_units(systemd::UNIT_PATTERN)?;
         for u in &mut units {
             if u.load_state == "loaded"
                 && !rendered.contains(&u.name)
-                && crate::naming::parse(&u.name).is_some()
+                && crate::translate::naming::parse(&u.name).is_some()
             {
                 u.fragment_path = Some(self.client.fragment_path(&u.name)?);
             }
@@ -254,7 +261,8 @@ impl Syncer {
             // Named after the pod, so that it is among the pod's units while it runs.
             let name = format!(
                 "{}-cleanup.service",
-                crate::naming::pod_service(&pod.namespace, &pod.name).trim_end_matches(".service")
+                crate::translate::naming::pod_service(&pod.namespace, &pod.name)
+                    .trim_end_matches(".service")
             );
             if let Err(e) =
                 self.client
@@ -322,7 +330,13 @@ impl Syncer {
         let host: Vec<String> = files
             .iter()
             .filter_map(|f| f.file_name())
-            .map(|n| format!("{}/{}", crate::paths::Paths::SPOOL, n.to_string_lossy()))
+            .map(|n| {
+                format!(
+                    "{}/{}",
+                    crate::common::paths::Paths::SPOOL,
+                    n.to_string_lossy()
+                )
+            })
             .collect();
         let unseen = reconcile::unseen_spool(&host, &self.desired()?);
         if unseen.is_empty() {

@@ -1,9 +1,9 @@
 //! A container's Kubernetes state from its unit's systemd state: waiting (and why), running since
-//! when, terminated with which exit code. Pure. `podunit status` ([`crate::status`]) and the node
-//! agent's PodStatus (`kube::observe`) both derive container states here, so they always agree.
+//! when, terminated with which exit code. Pure. `podunit status` ([`crate::status::pod`]) and the node
+//! agent's PodStatus (`status::observe`) both derive container states here, so they always agree.
 
-use crate::generated::ContainerKind;
-use crate::unitstate::ExitKind;
+use crate::localsync::generator_output::ContainerKind;
+use crate::status::unit::ExitKind;
 use serde::{Serialize, Serializer};
 
 /// Serialises µs since the epoch as RFC 3339, 0 (never) as null.
@@ -11,7 +11,7 @@ pub(crate) fn ser_time<S: Serializer>(us: &u64, s: S) -> Result<S::Ok, S::Error>
     if *us == 0 {
         s.serialize_none()
     } else {
-        s.serialize_str(&crate::timefmt::rfc3339(*us))
+        s.serialize_str(&crate::common::timefmt::rfc3339(*us))
     }
 }
 

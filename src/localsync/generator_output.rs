@@ -4,14 +4,14 @@
 //!
 //! Grouping and parsing are pure ([`group`]); [`scan`] is the thin file-reading edge.
 
-use crate::naming::{self, Parsed};
+use crate::translate::naming::{self, Parsed};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
 /// The generator's output directory for system units.
-pub const GENERATOR_DIR: &str = crate::plan::GENERATOR_DIR;
+pub const GENERATOR_DIR: &str = crate::translate::plan::GENERATOR_DIR;
 
 /// `<namespace>/<name>`: how a pod is keyed everywhere in podunit-sync.
 #[derive(
@@ -128,7 +128,7 @@ pub fn scan(dir: &Path) -> Result<Vec<GeneratedPod>, Error> {
         let entry = entry.map_err(|e| Error::Read(dir.to_path_buf(), e))?;
         let name = entry.file_name().to_string_lossy().into_owned();
         // `podunit/` holds the pods' start plans (`podunit/<pod unit stem>.json`).
-        if !name.starts_with("podunit-") && name != crate::plan::PLAN_DIR {
+        if !name.starts_with("podunit-") && name != crate::translate::plan::PLAN_DIR {
             continue;
         }
         let path = entry.path();
@@ -222,7 +222,7 @@ impl UnitFile {
 /// all belong to `a.service`.
 fn owner_unit(rel: &str) -> String {
     if let Some(stem) = rel
-        .strip_prefix(crate::plan::PLAN_DIR)
+        .strip_prefix(crate::translate::plan::PLAN_DIR)
         .and_then(|r| r.strip_prefix('/'))
         .and_then(|r| r.strip_suffix(".json"))
     {

@@ -6,8 +6,8 @@
 //! generator's own code: a changed file that does not render (half-written, broken) is reported
 //! and does not trigger a reload; the next save does.
 
+use crate::common::paths::Paths;
 use crate::localsync::{Msg, log};
-use crate::paths::Paths;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 use std::collections::BTreeSet;

@@ -3,10 +3,10 @@
 //! API files with their owner and mode, checks hostPaths, and writes the env files whose values exist
 //! only now. Secret values go only into root-only files on tmpfs.
 
+use crate::common::paths::Paths;
 use crate::escape;
 use crate::manifest::Catalog;
-use crate::paths::Paths;
-use crate::plan::{EnvEntry, EnvFilePlan, FileSource, PodPlan, VolumeKind, VolumePlan};
+use crate::translate::plan::{EnvEntry, EnvFilePlan, FileSource, PodPlan, VolumeKind, VolumePlan};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::fs;
@@ -264,7 +264,7 @@ fn prepare_volume(
 }
 
 /// Writes a files volume (configMap, secret, downwardAPI, projected) as the kubelet's AtomicWriter
-/// does: every file of the new version appears at once (see [`crate::atomicdir`]). Returns whether
+/// does: every file of the new version appears at once (see [`crate::podstart::atomicdir`]). Returns whether
 /// anything changed.
 fn write_files(
     plan: &PodPlan,
@@ -282,11 +282,11 @@ fn write_files(
         return Ok(false);
     };
     let dir = paths.host(&v.path);
-    let mut payload = crate::atomicdir::Payload::new();
+    let mut payload = crate::podstart::atomicdir::Payload::new();
     for s in sources {
         collect_source(plan, paths, catalog, &mut payload, s, *mode)?;
     }
-    crate::atomicdir::write(&dir, &payload, (*uid, *gid)).map_err(io_err(&dir))
+    crate::podstart::atomicdir::write(&dir, &payload, (*uid, *gid)).map_err(io_err(&dir))
 }
 
 /// Brings the files volumes of a running pod up to date with `catalog` (its ConfigMaps and Secrets
@@ -396,20 +396,20 @@ fn collect_source(
     plan: &PodPlan,
     paths: &Paths,
     catalog: &Catalog,
-    payload: &mut crate::atomicdir::Payload,
+    payload: &mut crate::podstart::atomicdir::Payload,
     s: &FileSource,
     mode: u32,
 ) -> Result<(), PrepareError> {
     let mut put = |rel: &str, data: &[u8], m: Option<u32>| -> Result<(), PrepareError> {
         let rel = rel.trim_start_matches("./");
-        if !crate::atomicdir::valid_path(rel) {
+        if !crate::podstart::atomicdir::valid_path(rel) {
             return Err(PrepareError::Escapes {
                 path: rel.to_string(),
             });
         }
         payload.insert(
             rel.to_string(),
-            crate::atomicdir::File {
+            crate::podstart::atomicdir::File {
                 data: data.to_vec(),
                 mode: m.unwrap_or(mode),
             },
@@ -466,7 +466,7 @@ fn collect_source(
         } => put(path, content.as_bytes(), *m),
         FileSource::ServiceAccountToken { path, mode: m, .. } => {
             // podunit-sync requests the token from the API server and leaves it here for us.
-            let issued = crate::paths::join_inside(
+            let issued = crate::common::paths::join_inside(
                 &paths.host(&format!("{}/{}", Paths::TOKENS, plan.uid)),
                 path,
             )
@@ -540,7 +540,7 @@ fn env_file(
                     for (k, v) in d {
                         let name = format!("{prefix}{k}");
                         // The kubelet skips keys that are not valid variable names.
-                        if crate::validate::is_env_name(&name) {
+                        if crate::manifest::validate::is_env_name(&name) {
                             set(&mut vars, name, String::from_utf8_lossy(&v).into_owned());
                         }
                     }

@@ -1,7 +1,7 @@
 //! Persisting podunit-sync's record atomically: a crash at any point leaves either the old or the
 //! new file, never a torn one (temp file, fsync, rename, fsync of the directory).
 
-use crate::reconcile::State;
+use crate::localsync::reconcile::State;
 use std::fmt;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -75,7 +75,7 @@ pub fn save(path: &Path, state: &State) -> Result<(), Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::reconcile::Recorded;
+    use crate::localsync::reconcile::Recorded;
 
     #[test]
     fn save_then_load_and_no_temp_left() {

@@ -2,16 +2,16 @@
 //! kubectl prints it (READY, STATUS, RESTARTS). Pure: `podunit status` prints it, and the cluster
 //! helper posts the same data as the pod's status.
 
-use crate::generated::{ContainerKind, GeneratedContainer, GeneratedPod, PodKey};
-use crate::naming::{self, Parsed};
-use crate::paths::Source;
-use crate::unitstate::{ListedUnit, UnitState};
+use crate::common::paths::Source;
+use crate::localsync::generator_output::{ContainerKind, GeneratedContainer, GeneratedPod, PodKey};
+use crate::status::unit::{ListedUnit, UnitState};
+use crate::translate::naming::{self, Parsed};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 
-/// Kubernetes `ContainerState` (see [`crate::containerstate`], which derives it from the unit).
-pub use crate::containerstate::State as ContainerState;
-use crate::containerstate::ser_time;
+/// Kubernetes `ContainerState` (see [`crate::status::container`], which derives it from the unit).
+pub use crate::status::container::State as ContainerState;
+use crate::status::container::ser_time;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -94,8 +94,8 @@ pub struct PodStatus {
 }
 
 /// The unit facts container state depends on.
-fn facts(u: &UnitState) -> crate::containerstate::UnitFacts<'_> {
-    crate::containerstate::UnitFacts {
+fn facts(u: &UnitState) -> crate::status::container::UnitFacts<'_> {
+    crate::status::container::UnitFacts {
         active_state: &u.active_state,
         sub_state: &u.sub_state,
         result: &u.result,
@@ -113,7 +113,7 @@ pub fn container_status(
     u: &UnitState,
     blocked_reason: &str,
 ) -> ContainerStatus {
-    let d = crate::containerstate::derive(&facts(u), c.kind, blocked_reason);
+    let d = crate::status::container::derive(&facts(u), c.kind, blocked_reason);
     ContainerStatus {
         name: c.name.clone(),
         unit: c.unit.clone(),
@@ -333,11 +333,11 @@ pub fn orphan_pods(actual: &[ListedUnit], desired: &[GeneratedPod]) -> Vec<Gener
 
 /// Which manifest directory a `SourcePath=` lies in. Both the host path and the prefixed path
 /// (tests, `PODUNIT_ROOT`) are recognised.
-pub fn source_of(source_path: &str, paths: &crate::paths::Paths) -> Option<Source> {
+pub fn source_of(source_path: &str, paths: &crate::common::paths::Paths) -> Option<Source> {
     let host = [
-        (Source::Etc, crate::paths::Paths::ETC_PODS),
-        (Source::Run, crate::paths::Paths::RUN_PODS),
-        (Source::Spool, crate::paths::Paths::SPOOL),
+        (Source::Etc, crate::common::paths::Paths::ETC_PODS),
+        (Source::Run, crate::common::paths::Paths::RUN_PODS),
+        (Source::Spool, crate::common::paths::Paths::SPOOL),
     ];
     host.iter().find_map(|(src, dir)| {
         let prefixed = paths.host(dir);
@@ -353,7 +353,7 @@ pub fn source_of(source_path: &str, paths: &crate::paths::Paths) -> Option<Sourc
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::unitstate::ExitKind;
+    use crate::status::unit::ExitKind;
 
     const T0: u64 = 1_700_000_000_000_000;
 
@@ -625,7 +625,7 @@ mod tests {
         assert_eq!(o.len(), 1);
         assert_eq!(o[0].key, PodKey::new("default", "gone"));
         assert_eq!(o[0].containers[0].name, "c");
-        let paths = crate::paths::Paths::with_root("/tmp/r");
+        let paths = crate::common::paths::Paths::with_root("/tmp/r");
         assert_eq!(source_of("/etc/pods.d/a.yaml", &paths), Some(Source::Etc));
         assert_eq!(
             source_of("/tmp/r/var/lib/podunit/spool/x.yaml", &paths),

@@ -179,7 +179,7 @@ fn version_name() -> String {
     let d = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
-    let ts = crate::timefmt::rfc3339(d.as_secs() * 1_000_000)
+    let ts = crate::common::timefmt::rfc3339(d.as_secs() * 1_000_000)
         .replace(['-', ':', 'T'], "_")
         .trim_end_matches('Z')
         .to_string();
