@@ -114,8 +114,8 @@ pub fn run(args: Args) -> ExitCode {
 fn run_inner(args: &Args) -> Result<ExitCode, String> {
     let paths = Paths::from_env();
     let client = Client::system().map_err(|e| e.to_string())?;
-    let pods = super::status::gather(&client, &paths)?;
-    let (pod, _) = super::status::find(&pods, &args.pod)?;
+    let pods = super::pods::gather(&client, &paths)?;
+    let (pod, _) = super::pods::find(&pods, &args.pod)?;
     let container = pick_container(pod, args.container.as_deref())?;
     let invocation = if args.previous {
         let unit = &pod

@@ -7,6 +7,7 @@ pub mod check;
 pub mod cluster;
 pub mod completions;
 pub mod logs;
+pub mod pods;
 pub mod prepare;
 pub mod status;
 pub mod sync;

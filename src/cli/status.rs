@@ -1,11 +1,9 @@
 //! `podunit status [POD]`: pods like `kubectl get pods`, or one pod's containers with their logs.
+use super::pods::{find, gather, pod_status};
 use crate::common::paths::Paths;
 use crate::common::timefmt;
-use crate::localsync::generator_output::{self as generated, GeneratedPod};
-use crate::status::pod::{self as status, ContainerState, ContainerStatus, PodStatus};
-use crate::status::unit::UnitState;
-use crate::systemd::{self, Client};
-use std::collections::HashMap;
+use crate::status::pod::{ContainerState, ContainerStatus, PodStatus};
+use crate::systemd::Client;
 use std::process::ExitCode;
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -24,77 +22,6 @@ pub struct Args {
     /// Log lines shown per container with POD.
     #[arg(long, default_value_t = 10)]
     pub tail: usize,
-}
-
-/// Every pod podunit knows: rendered ones, then ones whose files are gone but still run.
-pub fn gather(client: &Client, paths: &Paths) -> Result<Vec<(GeneratedPod, bool)>, String> {
-    let dir = paths.host(generated::GENERATOR_DIR);
-    let desired = generated::scan(&dir).map_err(|e| e.to_string())?;
-    let actual = client
-        .list_units(systemd::UNIT_PATTERN)
-        .map_err(|e| e.to_string())?;
-    let orphans = status::orphan_pods(&actual, &desired);
-    let mut all: Vec<(GeneratedPod, bool)> = desired.into_iter().map(|p| (p, false)).collect();
-    all.extend(orphans.into_iter().map(|p| (p, true)));
-    Ok(all)
-}
-
-/// The status of one pod, querying systemd for each of its units.
-pub fn pod_status(
-    client: &Client,
-    paths: &Paths,
-    pod: &GeneratedPod,
-    orphan: bool,
-) -> Result<PodStatus, String> {
-    let mut units: HashMap<String, UnitState> = HashMap::new();
-    for u in pod
-        .pod_unit
-        .iter()
-        .chain(pod.containers.iter().map(|c| &c.unit))
-    {
-        let s = client.unit_state(u).map_err(|e| e.to_string())?;
-        units.insert(u.clone(), s);
-    }
-    let terminating = orphan
-        || pod
-            .pod_unit
-            .as_ref()
-            .and_then(|u| units.get(u))
-            .is_some_and(|s| s.active_state == "deactivating");
-    let source = pod
-        .source_path
-        .as_deref()
-        .and_then(|s| status::source_of(s, paths));
-    Ok(status::pod_status(pod, &units, source, terminating))
-}
-
-/// Finds `NAME` (any namespace; `default` wins) or `NAMESPACE/NAME`.
-pub fn find<'a>(
-    pods: &'a [(GeneratedPod, bool)],
-    want: &str,
-) -> Result<&'a (GeneratedPod, bool), String> {
-    if let Some(key) = generated::PodKey::parse(want) {
-        return pods
-            .iter()
-            .find(|(p, _)| p.key == key)
-            .ok_or_else(|| format!("pod {want} not found"));
-    }
-    let hits: Vec<_> = pods.iter().filter(|(p, _)| p.key.name == want).collect();
-    match hits.as_slice() {
-        [] => Err(format!("pod {want} not found")),
-        [one] => Ok(one),
-        many => many
-            .iter()
-            .find(|(p, _)| p.key.namespace == "default")
-            .copied()
-            .ok_or_else(|| {
-                let keys: Vec<String> = many.iter().map(|(p, _)| p.key.to_string()).collect();
-                format!(
-                    "pod name {want} is ambiguous: {}; use NAMESPACE/NAME",
-                    keys.join(", ")
-                )
-            }),
-    }
 }
 
 fn now_us() -> u64 {
@@ -316,7 +243,7 @@ fn run_inner(args: &Args) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::localsync::generator_output::PodKey;
+    use crate::localsync::generator_output::{GeneratedPod, PodKey};
 
     #[test]
     fn tables_align_like_kubectl() {

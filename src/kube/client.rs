@@ -4,6 +4,7 @@
 //! Errors from the API server arrive as `Status` objects and become [`ApiError::Status`] with the
 //! HTTP code, reason and message, so callers can match on 404/409/410 the way client-go does.
 
+pub use super::error::ApiError;
 use super::kubeconfig::Credentials;
 use super::watch::WatchStream;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
@@ -18,78 +19,6 @@ use ureq::tls::{Certificate, ClientCert, PemItem, PrivateKey, RootCerts, TlsConf
 const MAX_BODY: u64 = 64 << 20;
 /// Per connection and direction; a TLS record (16 KiB) passes through in pieces.
 const BUFFER_BYTES: usize = 16 << 10;
-
-/// What went wrong with an API call.
-#[derive(Debug, Clone, PartialEq)]
-pub enum ApiError {
-    /// The server answered with an error status (its `Status` object, or the bare HTTP code).
-    Status {
-        code: u16,
-        reason: String,
-        message: String,
-    },
-    /// No answer: connection refused, TLS failure, timeout, reset.
-    Transport(String),
-    /// An answer that is not what the API promises.
-    Decode(String),
-    /// The client could not be built (bad PEM in the kubeconfig).
-    Config(String),
-}
-
-impl ApiError {
-    pub fn code(&self) -> Option<u16> {
-        match self {
-            ApiError::Status { code, .. } => Some(*code),
-            _ => None,
-        }
-    }
-    pub fn is_not_found(&self) -> bool {
-        self.code() == Some(404)
-    }
-    pub fn is_conflict(&self) -> bool {
-        self.code() == Some(409)
-    }
-    /// 410 Gone: the resourceVersion is too old, list again.
-    pub fn is_gone(&self) -> bool {
-        self.code() == Some(410)
-    }
-    /// Worth retrying later (server unreachable or overloaded), as opposed to a refusal.
-    pub fn is_transient(&self) -> bool {
-        match self {
-            ApiError::Transport(_) => true,
-            ApiError::Status { code, .. } => *code == 429 || *code >= 500,
-            _ => false,
-        }
-    }
-    fn from_status(code: u16, s: Status) -> ApiError {
-        ApiError::Status {
-            code: s.code.map(|c| c as u16).unwrap_or(code),
-            reason: s.reason.unwrap_or_default(),
-            message: s.message.unwrap_or_default(),
-        }
-    }
-    /// An `ERROR` watch event's Status.
-    pub fn from_watch_status(s: Status) -> ApiError {
-        ApiError::from_status(500, s)
-    }
-}
-
-impl fmt::Display for ApiError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ApiError::Status {
-                code,
-                reason,
-                message,
-            } => write!(f, "API server: {code} {reason}: {message}"),
-            ApiError::Transport(m) => write!(f, "API server unreachable: {m}"),
-            ApiError::Decode(m) => write!(f, "API server answer not understood: {m}"),
-            ApiError::Config(m) => write!(f, "API client: {m}"),
-        }
-    }
-}
-
-impl std::error::Error for ApiError {}
 
 fn transport(e: ureq::Error) -> ApiError {
     ApiError::Transport(e.to_string())

@@ -7,6 +7,7 @@ pub mod agent;
 pub mod backoff;
 pub mod client;
 pub mod compact;
+pub mod error;
 pub mod kubeconfig;
 pub mod mirror;
 pub mod node;

@@ -2,7 +2,7 @@
 //! (`{"type":"ADDED","object":{...}}`), including `BOOKMARK`s (only `metadata.resourceVersion` is
 //! meaningful) and `ERROR`s carrying a `Status` (410 Expired: the resourceVersion is too old).
 
-use super::client::ApiError;
+use super::error::ApiError;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::WatchEvent;
 use serde::de::DeserializeOwned;
 use std::io::{BufRead, BufReader, Read};
