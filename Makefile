@@ -3,7 +3,7 @@ CARGO ?= cargo
 PREFIX ?= /usr
 DESTDIR ?=
 
-.PHONY: all build release test test-unit test-e2e rootfs lint fmt bench bench-generator bench-reload bench-cluster demo deb rpm install uninstall fuzz fake-apiserver
+.PHONY: all build release test test-unit test-e2e rootfs controlplane lint fmt bench bench-generator bench-reload bench-cluster demo deb rpm install uninstall fuzz fake-apiserver
 
 all: build
 
@@ -19,7 +19,7 @@ release:
 # The suites with `test = false` (run by test-e2e, test-packaging and bench) are not among
 # --all-targets: clippy checks them by name.
 MANUAL_SUITES := --test e2e --test sync_e2e --test sandbox_e2e --test cluster_e2e \
-	--test packaging --test packaging_e2e --test bench_reload --test bench_cluster
+	--test apiserver_e2e --test packaging --test packaging_e2e --test bench_reload --test bench_cluster
 
 lint:
 	$(CARGO) fmt --all -- --check
@@ -43,10 +43,16 @@ fake-apiserver:
 rootfs:
 	tests/e2e/make-rootfs.sh
 
+# etcd and a kube-apiserver built from Debian's kubernetes source package, cached outside the repo
+# (PODUNIT_TEST_CACHE moves it; about 10 minutes the first time, a no-op after).
+controlplane:
+	tests/controlplane/install.sh
+
 # Real systemd end to end: each test boots its own nspawn machine. E2E_JOBS machines at a time.
 E2E_JOBS ?= 4
-test-e2e: rootfs
-	$(CARGO) test --no-fail-fast --test e2e --test sync_e2e --test sandbox_e2e --test cluster_e2e -- --test-threads=$(E2E_JOBS)
+test-e2e: rootfs controlplane
+	$(CARGO) test --no-fail-fast --test e2e --test sync_e2e --test sandbox_e2e --test cluster_e2e \
+	  --test apiserver_e2e -- --test-threads=$(E2E_JOBS)
 
 # Boots a throwaway systemd machine, installs this build, runs examples/*.yaml, shows status and logs.
 demo: rootfs

@@ -2,5 +2,6 @@
 #![allow(dead_code)]
 
 pub mod api;
+pub mod controlplane;
 pub mod nspawn;
 pub mod pods;

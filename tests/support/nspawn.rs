@@ -544,6 +544,16 @@ impl Machine {
         self.start();
     }
 
+    /// The host pid of the machine's PID 1 (its namespaces are /proc/<pid>/ns/*).
+    pub fn leader(&self) -> u32 {
+        self.leader
+    }
+
+    /// The machine's directory on the host (its root and logs; removed with it).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     fn console(&self) -> String {
         let log = fs::read_to_string(self.dir.join("console.log")).unwrap_or_default();
         let tail: Vec<&str> = log.lines().rev().take(60).collect();

@@ -1,0 +1,326 @@
+//! Cluster mode against a real control plane: etcd and kube-apiserver (tests/support/controlplane.rs,
+//! built by tests/controlplane/install.sh) in the machine's network namespace, podunit-sync in the
+//! machine as the node's kubelet with a client certificate for `system:node:<node>`, the Node
+//! authorizer, RBAC and NodeRestriction deciding what it may do, pods on real systemd.
+//! Needs root, systemd-nspawn and the built kube-apiserver; fails (never skips) without them.
+
+mod support;
+
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use podunit::kube::client::{self, Client};
+use serde_json::{Value, json};
+use support::api::join_machine_network;
+use support::controlplane::{ControlPlane, NODE_KUBECONFIG, Options, pod_phase};
+use support::nspawn::Machine;
+use support::pods::{SOON, ctr_unit, known_units, pod_unit, wait_state};
+
+const NODE: &str = "e2e-node";
+
+const SYNC_STAND_IN: &str = "[Unit]\nDescription=podunit-sync (test stand-in)\nAfter=dbus.service\n\
+[Service]\nType=notify\nExecStart=/usr/bin/podunit-sync\nRestart=always\nRestartSec=1\n";
+
+/// Boots a machine with a control plane in its network; podunit-sync is not yet in cluster mode
+/// (see [`start_sync`]).
+fn machine_with_control_plane(name: &str, opts: Options) -> (Machine, ControlPlane) {
+    let m = Machine::boot(name);
+    let cp = ControlPlane::start_with(&m, NODE, opts);
+    (m, cp)
+}
+
+/// Configures podunit-sync for cluster mode (`extra` appended to its config) and (re)starts it.
+fn start_sync(m: &Machine, extra: &str) {
+    m.write(
+        "/etc/podunit/config.yaml",
+        format!("nodeName: {NODE}\nkubeconfig: {NODE_KUBECONFIG}\n{extra}").as_bytes(),
+    );
+    if m.read("/usr/lib/systemd/system/podunit-sync.service")
+        .is_none()
+    {
+        m.write(
+            "/etc/systemd/system/podunit-sync.service",
+            SYNC_STAND_IN.as_bytes(),
+        );
+        m.daemon_reload();
+    }
+    m.sh_ok("systemctl restart podunit-sync.service");
+    wait_state(m, "podunit-sync.service", &["active"]);
+}
+
+/// Runs `f` on a thread inside the machine's network (where the API server listens); a failure
+/// shows the machine's and the control plane's state.
+fn on_machine_network(m: &Machine, cp: &ControlPlane, f: impl FnOnce(&Client) + Send) {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            join_machine_network(m);
+            f(&cp.admin());
+        })
+        .join()
+        .unwrap_or_else(|_| panic!("{}\n{}", m.diagnostics(), cp.logs()));
+    });
+}
+
+fn get<K: k8s_openapi::Resource + serde::de::DeserializeOwned>(
+    api: &Client,
+    ns: Option<&str>,
+    name: &str,
+) -> Option<K> {
+    match api.get::<K>(&client::path::<K>(ns, Some(name))) {
+        Ok(o) => Some(o),
+        Err(e) if e.is_not_found() || e.is_transient() => None,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+fn pod(api: &Client, name: &str) -> Option<Pod> {
+    get::<Pod>(api, Some("default"), name)
+}
+
+/// A pod manifest for this node running `script` with /bin/sh on the host image.
+fn pod_yaml(name: &str, restart: &str, script: &str) -> String {
+    json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"nodeName": NODE, "restartPolicy": restart, "terminationGracePeriodSeconds": 5,
+            "containers": [{"name": "main", "image": "host", "command": ["/bin/sh", "-c", script]}]}})
+    .to_string()
+}
+
+fn condition(p: &Pod, kind: &str) -> Option<String> {
+    p.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == kind)
+        .map(|c| c.status.clone())
+}
+
+/// podunit-sync's journal lines since `since` (machine's epoch seconds) that contain `needle`.
+fn sync_log_lines(m: &Machine, since: &str, until: Option<&str>, needle: &str) -> Vec<String> {
+    let until = until.map(|u| format!("--until=@{u}")).unwrap_or_default();
+    m.sh_ok(&format!(
+        "journalctl --no-pager -o cat -u podunit-sync.service --since=@{since} {until}"
+    ))
+    .lines()
+    .filter(|l| l.contains(needle))
+    .map(str::to_string)
+    .collect()
+}
+
+fn machine_now(m: &Machine) -> String {
+    m.sh_ok("date +%s.%N").trim().to_string()
+}
+
+#[test]
+fn node_pods_status_deletion_mirrors_and_tokens_through_a_real_apiserver() {
+    let (m, mut cp) = machine_with_control_plane("real-api", Options::default());
+
+    // A pod already terminal in the API, bound to this node before podunit-sync ever ran (its
+    // spool is empty: a new or reinstalled node). It must never run, and nothing the API refuses
+    // may be posted for it.
+    cp.kubectl_ok(
+        &["create", "-f", "-"],
+        Some(&pod_yaml("done", "Never", "touch /srv/probe/done-ran; exec sleep 1000")),
+    );
+    let failed = json!({"status": {"phase": "Failed", "containerStatuses": [{
+        "name": "main", "image": "host", "imageID": "", "ready": false, "restartCount": 0,
+        "state": {"terminated": {"exitCode": 1, "reason": "Error",
+            "startedAt": "2026-01-01T00:00:00Z", "finishedAt": "2026-01-01T00:00:01Z"}}}]}});
+    cp.kubectl_ok(
+        &[
+            "patch",
+            "pod",
+            "done",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            &failed.to_string(),
+        ],
+        None,
+    );
+
+    // A static pod: its mirror pod appears in the API, owned by the Node.
+    m.write(
+        "/etc/pods.d/local.yaml",
+        b"apiVersion: v1\nkind: Pod\nmetadata: {name: local, namespace: default}\nspec:\n  containers: [{name: app, image: host, command: [/bin/sleep, '100000']}]\n",
+    );
+    let since = machine_now(&m);
+    start_sync(&m, "cluster:\n  objectRefreshSeconds: 2\n");
+
+    on_machine_network(&m, &cp, |api| {
+        // Registration: the Node, Ready, with the node's own credentials (Node authorizer and
+        // NodeRestriction let it create only itself).
+        let node = m.wait_for("the Node Ready", SOON, || {
+            let n = get::<Node>(api, None, NODE)?;
+            let ready = n
+                .status
+                .as_ref()?
+                .conditions
+                .as_ref()?
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True");
+            ready.then_some(n)
+        });
+        let info = node.status.as_ref().unwrap().node_info.as_ref().unwrap();
+        assert!(
+            info.kubelet_version.contains("podunit"),
+            "{}",
+            info.kubelet_version
+        );
+        let labels = node.metadata.labels.unwrap();
+        assert_eq!(labels["kubernetes.io/hostname"], NODE);
+        let listed = cp.kubectl_ok(&["get", "node", NODE, "--no-headers"], None);
+        assert!(listed.contains(" Ready "), "kubectl get node: {listed}");
+
+        // The Lease, held by the node and renewed.
+        let renew = |l: &Lease| l.spec.as_ref().and_then(|s| s.renew_time.clone());
+        let first = m.wait_for("the node's Lease", SOON, || {
+            get::<Lease>(api, Some("kube-node-lease"), NODE)
+        });
+        assert_eq!(
+            first.spec.as_ref().unwrap().holder_identity.as_deref(),
+            Some(NODE)
+        );
+        m.wait_for("the Lease renewed", SOON, || {
+            let l = get::<Lease>(api, Some("kube-node-lease"), NODE)?;
+            (renew(&l) != renew(&first)).then_some(())
+        });
+
+        // A pod created with kubectl runs on systemd and is Running and Ready; kubectl shows 1/1.
+        cp.kubectl_ok(
+            &["apply", "-f", "-"],
+            Some(&pod_yaml("web", "Always", "exec sleep 100000")),
+        );
+        let p = m.wait_for("web Running and Ready", SOON, || {
+            let p = pod(api, "web")?;
+            (p.status.as_ref()?.phase.as_deref() == Some("Running")
+                && condition(&p, "Ready").as_deref() == Some("True"))
+            .then_some(p)
+        });
+        wait_state(&m, &ctr_unit("default", "web", "main"), &["active"]);
+        let cs = &p.status.as_ref().unwrap().container_statuses.as_ref().unwrap()[0];
+        assert!(cs.ready && cs.state.as_ref().unwrap().running.is_some());
+        let row = cp.kubectl_ok(&["get", "pod", "web", "--no-headers"], None);
+        let cols: Vec<&str> = row.split_whitespace().collect();
+        assert_eq!(&cols[1..3], &["1/1", "Running"], "kubectl get pod: {row}");
+
+        // Its service account token: a JWT bound to this pod, which the API server accepts.
+        let token = m.sh_ok(&format!(
+            "nsenter -t $(systemctl show -p MainPID --value {}) -m cat /var/run/secrets/kubernetes.io/serviceaccount/token",
+            ctr_unit("default", "web", "main")
+        ));
+        let review = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+            "spec": {"token": token.trim()}});
+        let out: Value = api
+            .create("/apis/authentication.k8s.io/v1/tokenreviews", &review)
+            .unwrap();
+        assert_eq!(out["status"]["authenticated"], true, "{out}");
+        assert_eq!(
+            out["status"]["user"]["username"],
+            "system:serviceaccount:default:default"
+        );
+        assert_eq!(
+            out["status"]["user"]["extra"]["authentication.kubernetes.io/pod-name"][0],
+            "web"
+        );
+
+        // Exit codes: a failed and a completed run-once pod.
+        cp.kubectl_ok(&["create", "-f", "-"], Some(&pod_yaml("fails", "Never", "exit 3")));
+        cp.kubectl_ok(&["create", "-f", "-"], Some(&pod_yaml("ok", "Never", "exit 0")));
+        for (name, phase, code, reason) in
+            [("fails", "Failed", 3, "Error"), ("ok", "Succeeded", 0, "Completed")]
+        {
+            let t = m.wait_for(&format!("{name} {phase}"), SOON, || {
+                let p = pod(api, name)?;
+                let st = p.status?;
+                (st.phase.as_deref() == Some(phase)).then_some(())?;
+                st.container_statuses?.into_iter().next()?.state?.terminated
+            });
+            assert_eq!((t.exit_code, t.reason.as_deref()), (code, Some(reason)));
+        }
+
+        // The mirror pod of the static pod, owned by the Node, Running.
+        let mirror = format!("local-{NODE}");
+        let mp = m.wait_for("the mirror pod Running", SOON, || {
+            let p = pod(api, &mirror)?;
+            (p.status.as_ref()?.phase.as_deref() == Some("Running")).then_some(p)
+        });
+        let a = mp.metadata.annotations.clone().unwrap();
+        assert_eq!(a["kubernetes.io/config.source"], "file");
+        assert_eq!(
+            a["kubernetes.io/config.mirror"],
+            a["kubernetes.io/config.hash"]
+        );
+        let o = &mp.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!((o.kind.as_str(), o.name.as_str()), ("Node", NODE));
+
+        // The pod that was terminal before the node started: never run, never patched, its
+        // status as it was (podunit-sync had a few refresh rounds meanwhile).
+        std::thread::sleep(Duration::from_secs(6));
+        assert!(
+            m.read("/srv/probe/done-ran").is_none(),
+            "a pod terminal in the API was started"
+        );
+        assert!(
+            known_units(&m, "default", "done").is_empty(),
+            "units of a terminal pod: {:?}",
+            known_units(&m, "default", "done")
+        );
+        assert!(m.read("/var/lib/podunit/spool/default_done.yaml").is_none());
+        let done = pod(api, "done").unwrap();
+        assert_eq!(
+            done.status.as_ref().unwrap().phase.as_deref(),
+            Some("Failed")
+        );
+        let refused = sync_log_lines(&m, &since, None, "422");
+        assert!(
+            refused.is_empty(),
+            "statuses the API refused: {refused:#?}"
+        );
+
+        // Graceful deletion with kubectl: the units stop, then the node deletes the object.
+        cp.kubectl_ok(&["delete", "pod", "web", "--wait=false"], None);
+        m.wait_for("web gone from the API", SOON, || {
+            pod(api, "web").is_none().then_some(())
+        });
+        let st = m.prop(&ctr_unit("default", "web", "main"), "ActiveState");
+        assert!(
+            st == "inactive" || st == "failed",
+            "stopped before the object went: {st}"
+        );
+        assert!(m.read("/var/lib/podunit/spool/default_web.yaml").is_none());
+        assert_eq!(
+            m.prop(&pod_unit("default", "local"), "ActiveState"),
+            "active",
+            "the static pod is untouched"
+        );
+    });
+
+    // The API server down: the pod watch backs off exponentially (with jitter) instead of
+    // reconnecting at a fixed short interval. Counted over a window, so a slow host can only make
+    // the count smaller: with the default 30 s ceiling, at most 6 tries fit in 20 s
+    // (0.25 + 0.5 + 1 + 2 + 4 + 8 s at the least); a fixed 0.25-0.5 s retry makes 40 or more.
+    let t0 = machine_now(&m);
+    cp.kill_apiserver();
+    std::thread::sleep(Duration::from_secs(20));
+    let t1 = machine_now(&m);
+    let tries = sync_log_lines(&m, &t0, Some(&t1), "watching pods:");
+    assert!(
+        (1..=8).contains(&tries.len()),
+        "{} watch attempts in 20 s without an API server:\n{tries:#?}",
+        tries.len()
+    );
+    cp.start_apiserver();
+    on_machine_network(&m, &cp, |api| {
+        // And it comes back: a pod created now runs.
+        cp.kubectl_ok(
+            &["create", "-f", "-"],
+            Some(&pod_yaml("late", "Always", "exec sleep 100000")),
+        );
+        m.wait_for("late Running after the outage", SOON, || {
+            (pod_phase(api, "default", "late")? == "Running").then_some(())
+        });
+    });
+}
