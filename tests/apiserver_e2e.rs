@@ -122,7 +122,11 @@ fn node_pods_status_deletion_mirrors_and_tokens_through_a_real_apiserver() {
     // may be posted for it.
     cp.kubectl_ok(
         &["create", "-f", "-"],
-        Some(&pod_yaml("done", "Never", "touch /srv/probe/done-ran; exec sleep 1000")),
+        Some(&pod_yaml(
+            "done",
+            "Never",
+            "touch /srv/probe/done-ran; exec sleep 1000",
+        )),
     );
     let failed = json!({"status": {"phase": "Failed", "containerStatuses": [{
         "name": "main", "image": "host", "imageID": "", "ready": false, "restartCount": 0,
@@ -200,7 +204,13 @@ fn node_pods_status_deletion_mirrors_and_tokens_through_a_real_apiserver() {
             .then_some(p)
         });
         wait_state(&m, &ctr_unit("default", "web", "main"), &["active"]);
-        let cs = &p.status.as_ref().unwrap().container_statuses.as_ref().unwrap()[0];
+        let cs = &p
+            .status
+            .as_ref()
+            .unwrap()
+            .container_statuses
+            .as_ref()
+            .unwrap()[0];
         assert!(cs.ready && cs.state.as_ref().unwrap().running.is_some());
         let row = cp.kubectl_ok(&["get", "pod", "web", "--no-headers"], None);
         let cols: Vec<&str> = row.split_whitespace().collect();
@@ -227,11 +237,18 @@ fn node_pods_status_deletion_mirrors_and_tokens_through_a_real_apiserver() {
         );
 
         // Exit codes: a failed and a completed run-once pod.
-        cp.kubectl_ok(&["create", "-f", "-"], Some(&pod_yaml("fails", "Never", "exit 3")));
-        cp.kubectl_ok(&["create", "-f", "-"], Some(&pod_yaml("ok", "Never", "exit 0")));
-        for (name, phase, code, reason) in
-            [("fails", "Failed", 3, "Error"), ("ok", "Succeeded", 0, "Completed")]
-        {
+        cp.kubectl_ok(
+            &["create", "-f", "-"],
+            Some(&pod_yaml("fails", "Never", "exit 3")),
+        );
+        cp.kubectl_ok(
+            &["create", "-f", "-"],
+            Some(&pod_yaml("ok", "Never", "exit 0")),
+        );
+        for (name, phase, code, reason) in [
+            ("fails", "Failed", 3, "Error"),
+            ("ok", "Succeeded", 0, "Completed"),
+        ] {
             let t = m.wait_for(&format!("{name} {phase}"), SOON, || {
                 let p = pod(api, name)?;
                 let st = p.status?;
@@ -275,10 +292,7 @@ fn node_pods_status_deletion_mirrors_and_tokens_through_a_real_apiserver() {
             Some("Failed")
         );
         let refused = sync_log_lines(&m, &since, None, "422");
-        assert!(
-            refused.is_empty(),
-            "statuses the API refused: {refused:#?}"
-        );
+        assert!(refused.is_empty(), "statuses the API refused: {refused:#?}");
 
         // Graceful deletion with kubectl: the units stop, then the node deletes the object.
         cp.kubectl_ok(&["delete", "pod", "web", "--wait=false"], None);
@@ -323,4 +337,93 @@ fn node_pods_status_deletion_mirrors_and_tokens_through_a_real_apiserver() {
             (pod_phase(api, "default", "late")? == "Running").then_some(())
         });
     });
+}
+
+/// A ConfigMap read the API server forbids (403) is retried soon, with back-off, not at the next
+/// refresh round (an hour away here). Right after a node registers, or a pod is bound to it, the
+/// Node authorizer can deny such a read for a moment (its graph of pods and their objects has not
+/// caught up); that moment cannot be made on demand, so this API server authorizes with RBAC only
+/// and the node may read ConfigMaps once the test grants it: a real 403, then a real 200.
+#[test]
+fn a_forbidden_configmap_read_is_retried_with_backoff() {
+    let (m, cp) = machine_with_control_plane(
+        "real-api-403",
+        Options {
+            authorization: "RBAC".into(),
+        },
+    );
+    // What the Node authorizer would grant, from the system:node role, except ConfigMaps.
+    let role: Value = serde_json::from_str(
+        &cp.kubectl_ok(&["get", "clusterrole", "system:node", "-o", "json"], None),
+    )
+    .unwrap();
+    let rules: Vec<Value> = role["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| {
+            let mut r = r.clone();
+            let res: Vec<Value> = r["resources"]
+                .as_array()?
+                .iter()
+                .filter(|x| *x != "configmaps")
+                .cloned()
+                .collect();
+            (!res.is_empty()).then(|| {
+                r["resources"] = Value::from(res);
+                r
+            })
+        })
+        .collect();
+    let user = format!("system:node:{NODE}");
+    let objects = json!({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+         "metadata": {"name": "test-node-without-configmaps"}, "rules": rules},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": "test-node-without-configmaps"},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                     "name": "test-node-without-configmaps"},
+         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]},
+        {"apiVersion": "v1", "kind": "ConfigMap",
+         "metadata": {"name": "app-config", "namespace": "default"}, "data": {"greeting": "hello"}},
+    ]});
+    cp.kubectl_ok(&["create", "-f", "-"], Some(&objects.to_string()));
+    let since = machine_now(&m);
+    start_sync(&m, "cluster:\n  objectRefreshSeconds: 3600\n");
+    let pod = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "cfg", "namespace": "default"},
+        "spec": {"nodeName": NODE, "automountServiceAccountToken": false,
+            "terminationGracePeriodSeconds": 5,
+            "containers": [{"name": "main", "image": "host", "command": ["/bin/sleep", "100000"],
+                "volumeMounts": [{"name": "cfg", "mountPath": "/etc/cfg"}]}],
+            "volumes": [{"name": "cfg", "configMap": {"name": "app-config"}}]}});
+    cp.kubectl_ok(&["create", "-f", "-"], Some(&pod.to_string()));
+    let denied = "reading a configmap: API server: 403";
+    m.wait_for("the ConfigMap read forbidden", SOON, || {
+        (!sync_log_lines(&m, &since, None, denied).is_empty()).then_some(())
+    });
+    // Retried with back-off meanwhile: from 0.2 s doubling, at most 8 tries fit in 10 s (a fixed
+    // short interval makes 20 or more; a slow host only makes fewer).
+    std::thread::sleep(Duration::from_secs(10));
+    let tries = sync_log_lines(&m, &since, None, denied).len();
+    assert!(
+        (2..=10).contains(&tries),
+        "{tries} forbidden reads in about 10 s"
+    );
+    let grant = json!({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+         "metadata": {"name": "node-configmaps", "namespace": "default"},
+         "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+         "metadata": {"name": "node-configmaps", "namespace": "default"},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "node-configmaps"},
+         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]},
+    ]});
+    cp.kubectl_ok(&["create", "-f", "-"], Some(&grant.to_string()));
+    on_machine_network(&m, &cp, |api| {
+        m.wait_for("cfg Running once the read is allowed", SOON, || {
+            (pod_phase(api, "default", "cfg")? == "Running").then_some(())
+        });
+    });
+    wait_state(&m, &ctr_unit("default", "cfg", "main"), &["active"]);
 }

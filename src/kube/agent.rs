@@ -265,6 +265,7 @@ pub fn watch_loop(client: Client, cfg: AgentConfig, shared: Arc<Shared>, tx: Sen
             };
             match client.list::<Pod>(&path, &params) {
                 Ok(list) => {
+                    backoff.reset();
                     rv = list.metadata.resource_version.clone();
                     if tx.send(Msg::Sync(list.items)).is_err() {
                         return;
@@ -280,8 +281,9 @@ pub fn watch_loop(client: Client, cfg: AgentConfig, shared: Arc<Shared>, tx: Sen
             }
         }
         // Watches end by themselves after a randomised 5-10 minutes, as client-go's reflector does.
-        let timeout = 300 + (backoff.next_delay().as_millis() as u32 % 300);
-        backoff.reset();
+        // The back-off is reset only by an answer (a list, an event), never by a new try: a down
+        // API server is retried ever more slowly, up to cluster.maxBackoffSeconds.
+        let timeout = 300 + backoff.jitter(Duration::from_secs(300)).as_secs() as u32;
         let params = ListParams {
             field_selector: Some(selector.clone()),
             resource_version: rv.clone(),
@@ -307,6 +309,9 @@ pub fn watch_loop(client: Client, cfg: AgentConfig, shared: Arc<Shared>, tx: Sen
         for ev in stream {
             if shared.stopping() {
                 return;
+            }
+            if ev.is_ok() {
+                backoff.reset();
             }
             let msg = match ev {
                 Ok(Event::Bookmark(v)) => {
@@ -370,6 +375,10 @@ enum Phase {
     },
     /// deletionTimestamp seen: units stopping; DELETE once they are down or the grace ran out.
     Terminating { deadline: Instant, killed: bool },
+    /// Already `Succeeded` or `Failed` in the API when first seen, and not in the spool: it ran
+    /// elsewhere or before a reinstall. Never run (the kubelet never restarts a terminal pod) and
+    /// its status left as it is (the API forbids a terminated container to become anything else).
+    Finished,
 }
 
 #[derive(Debug)]
@@ -390,6 +399,8 @@ struct PodRec {
     /// The resourceVersions of the ConfigMaps and Secrets it was last spooled with: the periodic
     /// refresh leaves the pod alone while they are the same.
     refs_seen: Option<String>,
+    /// A status the API server refused (422 and the like): not sent again until it changes.
+    refused: Option<Compact<PodStatus>>,
 }
 
 /// ConfigMaps and Secrets read during one batch of work (a burst of new pods, a refresh round), so
@@ -504,6 +515,12 @@ pub struct Worker {
     refresh_runs: u64,
     /// Every podunit unit's states as of the last reload handled, to tell which pods it changed.
     reload_states: HashMap<String, UnitStates>,
+    /// Pods whose ConfigMap or Secret read was forbidden (403): right after a node registers,
+    /// or a pod is bound to it, the Node authorizer may not know the link yet. Retried soon, with
+    /// back-off, not at the next refresh round.
+    forbidden: BTreeSet<(String, String)>,
+    forbidden_retry_at: Option<Instant>,
+    forbidden_backoff: Backoff,
     /// How many daemon-reloads were asked for (tests and benchmarks read it).
     pub reloads: u64,
 }
@@ -562,6 +579,7 @@ impl Worker {
     ) -> std::io::Result<Worker> {
         let spool = Spool::new(cfg.paths.spool());
         spool.init()?;
+        let cfg_max_backoff = cfg.timing.max_backoff_seconds.max(1);
         Ok(Worker {
             client,
             cfg,
@@ -586,6 +604,12 @@ impl Worker {
             refreshing: false,
             refresh_runs: 0,
             reload_states: HashMap::new(),
+            forbidden: BTreeSet::new(),
+            forbidden_retry_at: None,
+            forbidden_backoff: Backoff::with_time_seed(
+                Duration::from_millis(200),
+                Duration::from_secs(cfg_max_backoff),
+            ),
             reloads: 0,
         })
     }
@@ -669,6 +693,9 @@ impl Worker {
         if self.api_ok() && self.last_refresh.elapsed() >= refresh {
             self.last_refresh = Instant::now();
             self.refresh_all();
+        }
+        if self.api_ok() && self.forbidden_retry_at.is_some_and(|t| Instant::now() >= t) {
+            self.retry_forbidden();
         }
         if self.api_ok() {
             self.refresh_tokens();
@@ -762,7 +789,9 @@ impl Worker {
                 }
                 return;
             }
-            if same_spec && !matches!(rec.phase, Phase::Blocked { .. }) {
+            if rec.phase == Phase::Finished
+                || (same_spec && !matches!(rec.phase, Phase::Blocked { .. }))
+            {
                 return;
             }
         } else {
@@ -778,12 +807,17 @@ impl Worker {
                     pod: Compact::new(&pod),
                     uid: uid_of(&pod),
                     units: observe::pod_units(&pod),
-                    phase: Phase::Active,
+                    phase: if phase_done && !in_spool {
+                        Phase::Finished
+                    } else {
+                        Phase::Active
+                    },
                     posted: posted.as_ref().map(Compact::new),
                     tokens: HashMap::new(),
                     event_sent: false,
                     validated: None,
                     refs_seen: None,
+                    refused: None,
                 },
             );
             if terminating {
@@ -986,6 +1020,9 @@ impl Worker {
                 Ok(None) if *optional => {}
                 Ok(None) => return Err(Some(missing_ref("configmap", name))),
                 Err(e) => {
+                    if e.code() == Some(403) {
+                        self.forbidden_read(key_of(pod));
+                    }
                     self.api_failed("reading a configmap", &e);
                     return Err(None);
                 }
@@ -999,6 +1036,9 @@ impl Worker {
                 Ok(None) if *optional => {}
                 Ok(None) => return Err(Some(missing_ref("secret", name))),
                 Err(e) => {
+                    if e.code() == Some(403) {
+                        self.forbidden_read(key_of(pod));
+                    }
                     self.api_failed("reading a secret", &e);
                     return Err(None);
                 }
@@ -1165,6 +1205,31 @@ impl Worker {
         }
         self.refreshing = false;
         self.ref_cache = None;
+    }
+
+    /// A read for `k` was forbidden: try it again after the next back-off delay.
+    fn forbidden_read(&mut self, k: (String, String)) {
+        self.forbidden.insert(k);
+        if self.forbidden_retry_at.is_none() {
+            self.forbidden_retry_at = Some(Instant::now() + self.forbidden_backoff.next_delay());
+        }
+    }
+
+    fn retry_forbidden(&mut self) {
+        self.forbidden_retry_at = None;
+        for k in std::mem::take(&mut self.forbidden) {
+            if self
+                .pods
+                .get(&k)
+                .is_some_and(|r| matches!(r.phase, Phase::Active | Phase::Blocked { .. }))
+            {
+                self.admit(&k);
+            }
+        }
+        // Forbidden again: admit queued it with the next, longer delay.
+        if self.forbidden.is_empty() {
+            self.forbidden_backoff.reset();
+        }
     }
 
     fn reject(&mut self, k: &(String, String), reason: &str, message: &str) {
@@ -1421,7 +1486,7 @@ impl Worker {
             return false;
         };
         let compact = Compact::new(&st);
-        if rec.posted.as_ref() == Some(&compact) {
+        if rec.posted.as_ref() == Some(&compact) || rec.refused.as_ref() == Some(&compact) {
             return true;
         }
         let path = format!("{}/status", client::path::<Pod>(Some(&k.0), Some(&k.1)));
@@ -1437,6 +1502,18 @@ impl Worker {
                 true
             }
             Err(e) if e.is_not_found() => true,
+            // A refusal (422 Invalid, 403, ...) is final for this status: retrying the same
+            // request only floods the API server. Logged once; a different status is sent.
+            Err(e) if !e.is_transient() && e.code().is_some_and(|c| (400..500).contains(&c)) => {
+                log(format!(
+                    "{}/{}: status refused, not sent again until it changes: {e}",
+                    k.0, k.1
+                ));
+                if let Some(rec) = self.pods.get_mut(k) {
+                    rec.refused = Some(compact);
+                }
+                true
+            }
             Err(e) => {
                 self.api_failed("posting pod status", &e);
                 false
@@ -1539,6 +1616,7 @@ impl Worker {
             let pod = rec.pod.get();
             let posted = rec.posted.as_ref().map(Compact::get);
             let st = match &rec.phase {
+                Phase::Finished => continue,
                 Phase::Rejected { reason, message } => {
                     podstatus::rejected(&pod, reason, message, &addrs, posted.as_ref(), now())
                 }

@@ -51,6 +51,12 @@ impl Backoff {
         half + Duration::from_millis(jitter)
     }
 
+    /// A uniform random duration in [0, span] (whole milliseconds); the schedule is unchanged.
+    pub fn jitter(&mut self, span: Duration) -> Duration {
+        let ms = span.as_millis() as u64;
+        Duration::from_millis(self.next_rand() % (ms + 1))
+    }
+
     pub fn reset(&mut self) {
         self.attempt = 0;
     }
@@ -90,6 +96,16 @@ mod tests {
         assert_eq!(b.ceiling(), Duration::from_secs(30));
         b.reset();
         assert_eq!(b.ceiling(), Duration::from_millis(200));
+    }
+
+    #[test]
+    fn jitter_is_bounded_and_leaves_the_schedule_alone() {
+        let mut b = Backoff::new(Duration::from_millis(500), Duration::from_secs(30), 7);
+        for _ in 0..1000 {
+            assert!(b.jitter(Duration::from_secs(300)) <= Duration::from_secs(300));
+        }
+        assert_eq!(b.attempts(), 0);
+        assert_eq!(b.ceiling(), Duration::from_millis(500));
     }
 
     #[test]

@@ -92,7 +92,14 @@ impl Pki {
             pki.openssl()
                 .args(["req", "-x509", "-nodes", "-days", "2"])
                 .args(["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"])
-                .args(["-keyout", "ca.key", "-out", "ca.crt", "-subj", "/CN=podunit-test-ca"]),
+                .args([
+                    "-keyout",
+                    "ca.key",
+                    "-out",
+                    "ca.crt",
+                    "-subj",
+                    "/CN=podunit-test-ca",
+                ]),
         );
         pki
     }
@@ -286,7 +293,10 @@ impl ControlPlane {
             .arg("--service-cluster-ip-range=10.96.0.0/16")
             .arg("--service-account-issuer=https://kubernetes.default.svc.cluster.local")
             .arg(format!("--service-account-key-file={}", p("sa.pub")))
-            .arg(format!("--service-account-signing-key-file={}", p("sa.key")))
+            .arg(format!(
+                "--service-account-signing-key-file={}",
+                p("sa.key")
+            ))
             // The projected kube-api-access volume (bound tokens), on by default from v1.21.
             .arg("--feature-gates=BoundServiceAccountTokenVolume=true")
             // Loopback is its only address, which may not be an Endpoints address.
