@@ -294,6 +294,42 @@ fn node_pods_status_deletion_mirrors_and_tokens_through_a_real_apiserver() {
         let refused = sync_log_lines(&m, &since, None, "422");
         assert!(refused.is_empty(), "statuses the API refused: {refused:#?}");
 
+        // A status the API server refuses is logged once, not resent on every tick: a
+        // run-once pod marked Failed (terminated) in the API while podunit-sync was away, which
+        // then finds it running (a terminated container of such a pod may not run again).
+        cp.kubectl_ok(
+            &["create", "-f", "-"],
+            Some(&pod_yaml("once", "Never", "exec sleep 100000")),
+        );
+        m.wait_for("once Running", SOON, || {
+            (pod_phase(api, "default", "once")? == "Running").then_some(())
+        });
+        m.sh_ok("systemctl stop podunit-sync.service");
+        cp.kubectl_ok(
+            &[
+                "patch",
+                "pod",
+                "once",
+                "--subresource=status",
+                "--type=merge",
+                "-p",
+                &failed.to_string(),
+            ],
+            None,
+        );
+        let restarted = machine_now(&m);
+        m.sh_ok("systemctl start podunit-sync.service");
+        let invalid = "Pod \"once\" is invalid";
+        m.wait_for("once's running status refused", SOON, || {
+            (!sync_log_lines(&m, &restarted, None, invalid).is_empty()).then_some(())
+        });
+        std::thread::sleep(Duration::from_secs(6));
+        let refused = sync_log_lines(&m, &restarted, None, invalid);
+        assert!(
+            refused.len() <= 2,
+            "a refused status was sent again and again:\n{refused:#?}"
+        );
+
         // Graceful deletion with kubectl: the units stop, then the node deletes the object.
         cp.kubectl_ok(&["delete", "pod", "web", "--wait=false"], None);
         m.wait_for("web gone from the API", SOON, || {
