@@ -77,6 +77,8 @@ fi
 tmp=$(mktemp -d "$CACHE/.kubernetes-build.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 echo "controlplane: building kube-apiserver $KUBE_VERSION (Debian $KUBE_DEB_VERSION, Go $GO_VERSION; 10 minutes or more)" >&2
+# Readable by apt's unprivileged download user.
+chmod 0755 "$tmp"
 (cd "$tmp" && apt-get source -qq "kubernetes=$KUBE_DEB_VERSION" >&2)
 src=$(find "$tmp" -mindepth 1 -maxdepth 1 -type d -name 'kubernetes-*' | head -n 1)
 [ -n "$src" ] || { echo "controlplane: apt-get source kubernetes unpacked nothing" >&2; exit 1; }
