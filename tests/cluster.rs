@@ -678,6 +678,54 @@ fn a_pod_the_policy_refuses_fails_with_an_event_and_never_runs() {
 }
 
 #[test]
+fn a_pod_bound_to_a_node_it_does_not_fit_is_rejected_as_the_kubelet_does() {
+    let env = start("affinity", Policy::default(), |c| c);
+    // Bound here directly, without the scheduler: the kubelet's own admission refuses it.
+    env.create_pod(
+        "windows",
+        json!({"nodeName": NODE, "nodeSelector": {"kubernetes.io/os": "windows"},
+            "containers": [{"name": "app", "image": "host", "command": ["/bin/true"]}]}),
+    );
+    env.create_pod(
+        "elsewhere",
+        json!({"nodeName": NODE, "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
+            {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["other-node"]}]}]}}},
+            "containers": [{"name": "app", "image": "host", "command": ["/bin/true"]}]}),
+    );
+    // This node's own labels match.
+    let mut here = simple("sleep 1000");
+    here["nodeSelector"] = json!({"kubernetes.io/os": "linux", "kubernetes.io/hostname": NODE});
+    env.create_pod("here", here);
+    for name in ["windows", "elsewhere"] {
+        let st = env.wait_phase(name, "Failed").status.unwrap();
+        assert_eq!(st.reason.as_deref(), Some("NodeAffinity"), "{name}");
+        assert_eq!(
+            st.message.as_deref(),
+            Some(
+                "Pod was rejected: Predicate NodeAffinity failed: node(s) didn't match Pod's node affinity/selector"
+            ),
+            "{name}"
+        );
+        assert!(!env.spool_file(name).exists(), "{name} never spooled");
+    }
+    env.wait_phase("here", "Running");
+}
+
+#[test]
+fn host_ipc_and_host_pid_need_the_node_policy() {
+    let env = start("hostns", Policy::default(), |c| c);
+    env.create_pod(
+        "ipc",
+        json!({"nodeName": NODE, "hostIPC": true,
+            "containers": [{"name": "app", "image": "host", "command": ["/bin/true"]}]}),
+    );
+    let st = env.wait_phase("ipc", "Failed").status.unwrap();
+    assert_eq!(st.reason.as_deref(), Some("PolicyViolation"));
+    assert!(st.message.unwrap().contains("policy.hostIPC"));
+    assert!(!env.spool_file("ipc").exists());
+}
+
+#[test]
 fn watch_resumes_and_relists_across_api_server_restarts() {
     let mut env = start("restart", Policy::default(), |c| {
         c.bookmark_interval(Duration::from_millis(200))

@@ -1397,3 +1397,135 @@ spec:
         String::from_utf8_lossy(&found.stdout)
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Namespaces: as in Kubernetes, a pod's containers share one IPC namespace of their own.
+
+/// `sysv=yes|no mq=yes|no`: whether the SysV queue `key` and the POSIX queue `name` are in sight.
+fn ipc_look(who: &str, key: &str, name: &str) -> String {
+    format!(
+        "ipc-probe look {key} {name} > /srv/probe/{who}.tmp && mv /srv/probe/{who}.tmp /srv/probe/{who}"
+    )
+}
+
+#[test]
+fn containers_of_a_pod_share_one_ipc_namespace() {
+    let m = Machine::boot("ipc");
+    m.write(
+        "/usr/local/bin/ipc-probe",
+        &std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/e2e/ipc-probe")).unwrap(),
+    );
+    m.sh_ok("chmod 755 /usr/local/bin/ipc-probe");
+    // The host's own queues: only a hostIPC pod may see them.
+    m.sh_ok("ipc-probe make 0xbee2 hostq");
+    let container = |name: &str, script: &str, extra: &str| {
+        format!(
+            "  - name: {name}\n    image: host\n    command: [\"/bin/sh\", \"-c\", {}]\n{extra}",
+            yaml_str(script)
+        )
+    };
+    let wait_made = "while [ ! -e /srv/probe/ipc-made ]; do sleep 0.2; done";
+    let pod_of = |name: &str, spec_extra: &str, containers: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n{spec_extra}  containers:\n{containers}"
+        )
+    };
+    let pod = format!(
+        "{}{}{}",
+        pod_of(
+            "ipc",
+            "",
+            &container(
+                "maker",
+                "ipc-probe make 0xbee1 podq && echo maker > /tmp/from-maker && touch /srv/probe/ipc-made; exec sleep infinity",
+                "",
+            )
+        ),
+        container(
+            "seer",
+            &format!(
+                "{wait_made}; {} && {}; cat /tmp/from-maker > /srv/probe/seer-tmp; exec sleep infinity",
+                ipc_look("seer", "0xbee1", "podq"),
+                ipc_look("seer-host", "0xbee2", "hostq")
+            ),
+            "",
+        ),
+        // The IPC namespace is the pod's, privileged or not.
+        container(
+            "admin",
+            &format!(
+                "{wait_made}; {}; exec sleep infinity",
+                ipc_look("admin", "0xbee1", "podq")
+            ),
+            "    securityContext: {privileged: true}\n",
+        ),
+    );
+    m.write("/etc/pods.d/ipc.yaml", pod.as_bytes());
+    start_pods(&m);
+    let seen = |who: &str| {
+        m.wait_for(&format!("{who} to look for the queues"), SOON, || {
+            m.read_string(&format!("/srv/probe/{who}"))
+        })
+    };
+    assert_eq!(
+        seen("seer"),
+        "sysv=yes mq=yes\n",
+        "a sibling sees the queues its pod made"
+    );
+    assert_eq!(
+        seen("admin"),
+        "sysv=yes mq=yes\n",
+        "a privileged sibling too"
+    );
+    assert_eq!(
+        seen("seer-host"),
+        "sysv=no mq=no\n",
+        "the pod does not see the host's"
+    );
+    assert_eq!(
+        m.sh_ok("ipc-probe look 0xbee1 podq"),
+        "sysv=no mq=no\n",
+        "the host does not see the pod's"
+    );
+    // /tmp goes with the namespace (systemd shares a joined unit's /tmp): the pod's, not the host's.
+    assert_eq!(seen("seer-tmp"), "maker\n");
+    assert!(
+        m.read("/tmp/from-maker").is_none(),
+        "the pod's /tmp is not the host's"
+    );
+
+    // Another pod: a namespace of its own. A hostIPC pod: the host's.
+    let look = |who: &str, key: &str, name: &str| {
+        container(
+            "main",
+            &format!(
+                "test -e /tmp/from-maker && echo shared > /srv/probe/{who}-tmp; {}; exec sleep infinity",
+                ipc_look(who, key, name)
+            ),
+            "",
+        )
+    };
+    let other = pod_of("other", "", &look("other", "0xbee1", "podq"));
+    let host = pod_of(
+        "hostipc",
+        "  hostIPC: true\n",
+        &look("hostipc", "0xbee2", "hostq"),
+    );
+    m.write("/etc/pods.d/other.yaml", other.as_bytes());
+    m.write("/etc/pods.d/hostipc.yaml", host.as_bytes());
+    start_pods(&m);
+    assert_eq!(
+        seen("other"),
+        "sysv=no mq=no\n",
+        "another pod's are not in sight"
+    );
+    assert_eq!(
+        seen("hostipc"),
+        "sysv=yes mq=yes\n",
+        "hostIPC: true is the host's"
+    );
+    assert!(
+        m.read("/srv/probe/other-tmp").is_none(),
+        "another pod's /tmp is its own"
+    );
+}

@@ -48,6 +48,8 @@ fn main() -> ExitCode {
 /// To stderr and to the journal; at boot, before journald runs, to the kernel log, which journald
 /// reads later. systemd 252 does not connect a generator's stderr to the journal.
 fn report(msg: &str, error: bool) {
+    // One line each, whatever names a manifest holds.
+    let msg = podunit::common::diag::one_line(msg);
     eprintln!("podunit-generator: {msg}");
     // Under a test root the host's logs are not ours to write.
     if std::env::var_os(podunit::common::paths::ROOT_ENV).is_some_and(|r| !r.is_empty()) {

@@ -22,6 +22,9 @@ pub struct Problem {
     pub pod: Option<String>,
     pub path: Option<String>,
     pub message: String,
+    /// The kubelet's reason for refusing the pod (`NodeAffinity`), where it has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<&'static str>,
 }
 
 impl Problem {
@@ -32,6 +35,7 @@ impl Problem {
             pod: None,
             path: None,
             message: message.into(),
+            reason: None,
         }
     }
 
@@ -52,25 +56,53 @@ impl Problem {
         self
     }
 
+    pub fn reason(mut self, reason: &'static str) -> Self {
+        self.reason = Some(reason);
+        self
+    }
+
     pub fn is_error(&self) -> bool {
         self.severity == Severity::Error
     }
 }
 
+/// Every problem is one line, whatever a manifest holds: a control character in a file name, pod
+/// name, namespace, key or message is written as an escape (`\n`, `\x1b`, `\u{85}`), so a manifest
+/// can never forge a log line.
 impl fmt::Display for Problem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: ", self.file.display())?;
+        write!(f, "{}: ", one_line(&self.file.display().to_string()))?;
         if let Some(p) = &self.pod {
-            write!(f, "{p}: ")?;
+            write!(f, "{}: ", one_line(p))?;
         }
         if let Some(p) = self.path.as_deref().filter(|p| !p.is_empty()) {
-            write!(f, "{p}: ")?;
+            write!(f, "{}: ", one_line(p))?;
         }
         if self.severity == Severity::Warning {
             write!(f, "warning: ")?;
         }
-        f.write_str(&self.message)
+        f.write_str(&one_line(&self.message))
     }
+}
+
+/// `s` with every control character (and Unicode's line and paragraph separators) escaped.
+pub fn one_line(s: &str) -> std::borrow::Cow<'_, str> {
+    let bad = |c: char| c.is_control() || c == '\u{2028}' || c == '\u{2029}';
+    if !s.contains(bad) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_ascii_control() => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c if bad(c) => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 /// A field path under construction: `spec.containers[0].env[2].name`.
@@ -115,5 +147,23 @@ impl FieldPath {
 impl fmt::Display for FieldPath {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_problem_is_one_line() {
+        let p = Problem::error("/etc/pods.d/a\nb.yaml", "bad \"x\ny\"\r")
+            .pod("de\u{1b}[2Jfault/we\nb")
+            .at("metadata.labels[\"a\u{85}b\u{2028}\"]");
+        assert_eq!(
+            p.to_string(),
+            "/etc/pods.d/a\\nb.yaml: de\\x1b[2Jfault/we\\nb: metadata.labels[\"a\\u{85}b\\u{2028}\"]: bad \"x\\ny\"\\r"
+        );
+        assert!(!p.to_string().contains(char::is_control));
+        assert_eq!(one_line("plain: ok"), "plain: ok");
     }
 }

@@ -12,6 +12,8 @@
 //! | `runAsRoot` | `true` | containers whose user is root or unspecified |
 //! | `allowedCapabilities` | `[]` | capabilities a container may add (`NET_BIND_SERVICE`, or `ALL` for any) |
 //! | `hostNetwork` | `true` | `hostNetwork: true` (with `false`, pods must run in a private network) |
+//! | `hostIPC` | `false` | `hostIPC: true`: the host's IPC namespace instead of the pod's |
+//! | `hostPID` | `false` | `hostPID: true`: every host process in sight (`ProtectProc=` off) |
 //! | `local` | `trust` | `enforce`: also apply the policy to /etc/pods.d and /run/pods.d pods (root wrote them: trusted by default) |
 //!
 //! The image names that mean the host root filesystem are the top-level `hostImages` key (default
@@ -70,6 +72,10 @@ pub struct Policy {
     pub allowed_capabilities: Vec<String>,
     #[serde(rename = "hostNetwork")]
     pub allow_host_network: bool,
+    #[serde(rename = "hostIPC")]
+    pub allow_host_ipc: bool,
+    #[serde(rename = "hostPID")]
+    pub allow_host_pid: bool,
     #[serde(rename = "local")]
     pub local: Local,
 }
@@ -84,6 +90,10 @@ impl Default for Policy {
             allow_run_as_root: true,
             allowed_capabilities: Vec::new(),
             allow_host_network: true,
+            // As Pod Security's baseline level: a pod sees the host's IPC and processes only
+            // where the node allows it.
+            allow_host_ipc: false,
+            allow_host_pid: false,
             local: Local::Trust,
         }
     }
@@ -134,6 +144,27 @@ pub fn check(pod: &Pod, policy: &Policy) -> Result<(), Violation> {
             rule: "policy.hostNetwork",
             message: "spec.hostNetwork is true".to_string(),
         });
+    }
+    for (set, allowed, rule, message) in [
+        (
+            spec.host_ipc,
+            policy.allow_host_ipc,
+            "policy.hostIPC",
+            "spec.hostIPC is true",
+        ),
+        (
+            spec.host_pid,
+            policy.allow_host_pid,
+            "policy.hostPID",
+            "spec.hostPID is true",
+        ),
+    ] {
+        if set == Some(true) && !allowed {
+            return Err(Violation {
+                rule,
+                message: message.to_string(),
+            });
+        }
     }
     for (field, c) in containers(spec) {
         check_container(spec, &field, c, policy)?;
@@ -490,6 +521,22 @@ mod tests {
             ..Policy::default()
         };
         assert_eq!(check(&p, &pol).unwrap_err().rule, "policy.hostNetwork");
+    }
+
+    #[test]
+    fn host_ipc_and_pid_need_the_node_to_allow_them() {
+        for (field, rule) in [("hostIPC", "policy.hostIPC"), ("hostPID", "policy.hostPID")] {
+            let p = spec(&format!(
+                "  {field}: true\n  containers: [{{name: c, image: host}}]\n"
+            ));
+            assert_eq!(check(&p, &Policy::default()).unwrap_err().rule, rule);
+            let pol = Policy {
+                allow_host_ipc: true,
+                allow_host_pid: true,
+                ..Policy::default()
+            };
+            assert_eq!(check(&p, &pol), Ok(()));
+        }
     }
 
     #[test]

@@ -89,8 +89,9 @@ fn now() -> Timestamp {
     Timestamp::new(d.as_secs() as i64, d.subsec_nanos() as i32).unwrap_or_default()
 }
 
+/// One journal line per message, whatever names it holds (see [`crate::common::diag::one_line`]).
 fn log(msg: impl AsRef<str>) {
-    eprintln!("podunit-sync: {}", msg.as_ref());
+    eprintln!("podunit-sync: {}", crate::common::diag::one_line(msg.as_ref()));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -838,6 +839,12 @@ impl Worker {
         let pod = rec.pod.get();
         let paths = self.cfg.paths.clone();
         let resolve = |p: &str| crate::generate::host_realpath(&paths, p);
+        // The kubelet's own admission first: a pod bound here without the scheduler may not fit.
+        let labels = crate::manifest::admission::host_node_labels(&self.cfg.node_name, &self.cfg.labels);
+        if let Err(r) = crate::manifest::admission::check_node_affinity(&pod, &self.cfg.node_name, &labels) {
+            self.reject(k, r.reason, &format!("Pod was rejected: {}", r.message));
+            return;
+        }
         if let Err(v) = policy::check_resolved(&pod, &self.cfg.policy, &resolve) {
             self.reject(k, policy::Violation::REASON, &v.to_string());
             return;

@@ -40,19 +40,7 @@ pub fn kubelet_version() -> String {
     format!("v1.33.0-podunit-{}", env!("CARGO_PKG_VERSION"))
 }
 
-/// Maps Rust's `target_arch` to Go's GOARCH.
-pub fn go_arch(rust_arch: &str) -> &str {
-    match rust_arch {
-        "x86_64" => "amd64",
-        "aarch64" => "arm64",
-        "x86" => "386",
-        "arm" => "arm",
-        "powerpc64" => "ppc64le",
-        "riscv64" => "riscv64",
-        "s390x" => "s390x",
-        other => other,
-    }
-}
+pub use crate::manifest::admission::go_arch;
 
 /// The labels a kubelet sets on its Node, plus the configured ones.
 pub fn labels(
@@ -60,19 +48,7 @@ pub fn labels(
     info: &HostInfo,
     extra: &BTreeMap<String, String>,
 ) -> BTreeMap<String, String> {
-    let mut l = extra.clone();
-    for (k, v) in [
-        ("kubernetes.io/hostname", node_name),
-        ("kubernetes.io/os", "linux"),
-        ("kubernetes.io/arch", info.arch.as_str()),
-        ("beta.kubernetes.io/os", "linux"),
-        ("beta.kubernetes.io/arch", info.arch.as_str()),
-        // NodeRestriction lets a node set node.kubernetes.io/* labels on itself.
-        ("node.kubernetes.io/runtime", "podunit"),
-    ] {
-        l.insert(k.to_string(), v.to_string());
-    }
-    l
+    crate::manifest::admission::node_labels(node_name, &info.arch, extra)
 }
 
 fn q(s: String) -> Quantity {

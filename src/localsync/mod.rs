@@ -370,8 +370,9 @@ pub enum Msg {
 }
 
 /// Logs one line to stderr, which systemd sends to the journal.
+/// One journal line per message, whatever names it holds (see [`crate::common::diag::one_line`]).
 pub fn log(msg: &str) {
-    eprintln!("podunit-sync: {msg}");
+    eprintln!("podunit-sync: {}", crate::common::diag::one_line(msg));
 }
 
 /// Runs the main loop until terminated. Called with `events` subscribed *before* the first

@@ -1,8 +1,10 @@
 //! Loading manifests: which files count, how they parse, and the catalog of pods, ConfigMaps and
 //! Secrets they hold. Validation of what parsed lives in [`crate::manifest::validate`].
 
+pub mod admission;
 pub mod discover;
 pub mod parse;
+pub mod typeerr;
 pub mod validate;
 
 use crate::common::diag::Problem;

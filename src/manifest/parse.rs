@@ -222,13 +222,17 @@ fn typed<T: DeserializeOwned>(
         T::deserialize(serde_ignored::Deserializer::new(&doc, &mut record))
     };
     // Tracking the path of every value costs as much as the rest of the deserialization: it is
-    // done again, only for a document that failed, to say where.
-    let result = result.map_err(
-        |first| match serde_path_to_error::deserialize::<_, T>(&doc) {
-            Err(e) => (e.path().to_string(), e.into_inner().to_string()),
-            Ok(_) => (".".to_string(), first.to_string()),
-        },
-    );
+    // done again, only for a document that failed, to say where and what, for every error the
+    // document has (see typeerr).
+    let result = result.map_err(|first| {
+        let found = super::typeerr::find::<T>(&doc);
+        ignored = found.unknown;
+        if found.errors.is_empty() {
+            vec![(".".to_string(), first.to_string())]
+        } else {
+            found.errors
+        }
+    });
     for path in ignored {
         let p = if root.as_str().is_empty() {
             path
@@ -251,24 +255,26 @@ fn typed<T: DeserializeOwned>(
             }
             Some(v)
         }
-        Err((path, message)) => {
-            let full = match (root.as_str().is_empty(), path == ".") {
-                (true, _) => path,
-                (false, true) => root.to_string(),
-                (false, false) => format!("{root}.{path}"),
-            };
-            problems.push(
-                Problem::error(file, one_line(&message))
-                    .at(full)
-                    .pod_opt(who.clone()),
-            );
+        Err(errors) => {
+            for (path, message) in errors {
+                let full = match (root.as_str().is_empty(), path == "." || path.is_empty()) {
+                    (true, _) => path,
+                    (false, true) => root.to_string(),
+                    (false, false) => format!("{root}.{path}"),
+                };
+                problems.push(
+                    Problem::error(file, one_line(&message))
+                        .at(full)
+                        .pod_opt(who.clone()),
+                );
+            }
             None
         }
     }
 }
 
 /// kubectl-style path (`spec.containers[0].comand`) from serde_ignored's.
-fn ignored_path(p: &serde_ignored::Path<'_>) -> String {
+pub(super) fn ignored_path(p: &serde_ignored::Path<'_>) -> String {
     use serde_ignored::Path as P;
     match p {
         P::Root => String::new(),
@@ -329,10 +335,25 @@ mod tests {
         let (_, p) = run(
             "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec:\n  containers:\n  - name: c\n    args: {x: 1}\n",
         );
-        assert_eq!(p.len(), 1, "{p:?}");
-        assert!(
-            p[0].starts_with("t.yaml: default/a: spec.containers[0].args: invalid type"),
-            "{p:?}"
+        assert_eq!(
+            p,
+            ["t.yaml: default/a: spec.containers[0].args: Invalid value: object: must be a list"]
+        );
+    }
+
+    #[test]
+    fn a_type_error_hides_no_other_problem_of_its_document() {
+        let (o, p) = run(
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec:\n  containers:\n  - name: c\n    image: host\n    ports: [{containerPort: eighty}]\n  - name: d\n    image: host\n    comand: [/bin/true]\n    args: oops\n",
+        );
+        assert!(o.is_empty());
+        assert_eq!(
+            p,
+            [
+                "t.yaml: default/a: spec.containers[1].comand: unknown field (a typo, or newer than the Kubernetes 1.33 API podunit reads)",
+                "t.yaml: default/a: spec.containers[0].ports[0].containerPort: Invalid value: \"eighty\": must be an integer",
+                "t.yaml: default/a: spec.containers[1].args: Invalid value: \"oops\": must be a list",
+            ]
         );
     }
 

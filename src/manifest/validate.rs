@@ -17,9 +17,20 @@ pub fn is_dns1123_label(s: &str) -> bool {
         && !s.ends_with('-')
 }
 
-/// DNS-1123 subdomain: what pod, ConfigMap and Secret names must be.
+/// DNS-1123 subdomain: what pod, ConfigMap and Secret names must be. As the API server's regex,
+/// `[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*`: 253 characters in all, and no
+/// limit on a part between dots (a 64-character name without dots is a valid pod name).
 pub fn is_dns1123_subdomain(s: &str) -> bool {
-    !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns1123_label)
+    !s.is_empty()
+        && s.len() <= 253
+        && s.split('.').all(|part| {
+            !part.is_empty()
+                && part
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !part.starts_with('-')
+                && !part.ends_with('-')
+        })
 }
 
 /// Environment names systemd accepts (stricter than Kubernetes, which allows any printable ASCII).
@@ -169,6 +180,9 @@ pub fn validate(entry: &PodEntry) -> Vec<Problem> {
     c.out
 }
 
+/// The kubelet ignores `windowsOptions` on Linux; podunit says so.
+const WINDOWS_ONLY: &str = "ignored: Windows options have no effect on Linux";
+
 /// Fields podunit accepts but cannot honour (warnings) or must not pretend to honour (errors).
 /// docs/mapping.md gives each its verdict; harmless ones (ports, imagePullPolicy, scheduling)
 /// are not reported.
@@ -201,6 +215,12 @@ fn check_not_honoured(
         c.warn(
             &sp.field("hostUsers"),
             "ignored: user namespaces are not supported; IDs are the host's",
+        );
+    }
+    if spec.share_process_namespace == Some(true) {
+        c.warn(
+            &sp.field("shareProcessNamespace"),
+            "not honoured: there is no pod PID namespace; a container sees the host's processes of its own user, so its siblings' only when they run as the same user, and none is PID 1",
         );
     }
     if spec.active_deadline_seconds.is_some() {
@@ -246,6 +266,9 @@ fn check_not_honoured(
         if psc.app_armor_profile.is_some() {
             c.warn(&p.field("appArmorProfile"), "ignored: no AppArmor profiles");
         }
+        if psc.windows_options.is_some() {
+            c.warn(&p.field("windowsOptions"), WINDOWS_ONLY);
+        }
     }
     for (list, containers) in [
         (
@@ -269,6 +292,9 @@ fn check_not_honoured(
                         &sp.field("appArmorProfile"),
                         "ignored: no AppArmor profiles",
                     );
+                }
+                if sc.windows_options.is_some() {
+                    c.warn(&sp.field("windowsOptions"), WINDOWS_ONLY);
                 }
                 if sc.proc_mount.as_deref() == Some("Unmasked") {
                     c.warn(&sp.field("procMount"), "ignored: /proc is the host's");
@@ -708,9 +734,62 @@ mod tests {
         assert!(!is_dns1123_subdomain("../etc"));
         assert!(!is_dns1123_subdomain("a/b"));
         assert!(!is_dns1123_subdomain(&"a".repeat(254)));
+        // The API server's rule: 253 in all, no 63-character limit on a part.
+        assert!(is_dns1123_subdomain(&"a".repeat(64)));
+        assert!(is_dns1123_subdomain(&"a".repeat(253)));
+        assert!(is_dns1123_subdomain(&format!(
+            "{}.{}",
+            "a".repeat(100),
+            "b".repeat(100)
+        )));
+        assert!(!is_dns1123_subdomain("a..b"));
+        assert!(!is_dns1123_subdomain("a.-b"));
+        assert!(!is_dns1123_subdomain(".a"));
         assert!(is_env_name("_A1"));
         assert!(!is_env_name("1A"));
         assert!(!is_env_name("A=B"));
         assert!(!is_env_name("A-B"));
+    }
+
+    fn problems(spec_yaml: &str) -> Vec<String> {
+        let mut c = crate::manifest::Catalog::default();
+        c.add_text(
+            std::path::Path::new("t.yaml"),
+            &format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: p}}\nspec:\n{spec_yaml}"),
+            crate::common::paths::Source::Etc,
+        );
+        assert!(c.problems.is_empty(), "{:?}", c.problems);
+        validate(&c.pods[0]).iter().map(|p| p.to_string()).collect()
+    }
+
+    #[test]
+    fn a_long_pod_name_without_dots_is_valid() {
+        let mut c = crate::manifest::Catalog::default();
+        let name = "a".repeat(64);
+        c.add_text(
+            std::path::Path::new("t.yaml"),
+            &format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  containers: [{{name: c, image: host}}]\n"),
+            crate::common::paths::Source::Etc,
+        );
+        assert_eq!(validate(&c.pods[0]), []);
+    }
+
+    #[test]
+    fn namespaces_and_windows_options_are_never_passed_over_in_silence() {
+        let warned = problems(
+            "  shareProcessNamespace: true\n  securityContext:\n    windowsOptions: {runAsUserName: x}\n  containers:\n  - name: c\n    image: host\n    securityContext:\n      windowsOptions: {hostProcess: false}\n",
+        );
+        assert_eq!(warned.len(), 3, "{warned:?}");
+        assert!(
+            warned[0].starts_with("t.yaml: default/p: spec.shareProcessNamespace: warning: not honoured: there is no pod PID namespace"),
+            "{warned:?}"
+        );
+        assert_eq!(
+            warned[1..],
+            [
+                "t.yaml: default/p: spec.securityContext.windowsOptions: warning: ignored: Windows options have no effect on Linux",
+                "t.yaml: default/p: spec.containers[0].securityContext.windowsOptions: warning: ignored: Windows options have no effect on Linux",
+            ]
+        );
     }
 }

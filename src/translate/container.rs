@@ -186,9 +186,8 @@ fn one(
         un.trusted("After", prev.clone());
     }
     let private_net = ctx.node.private_network && spec.host_network != Some(true);
-    if private_net {
-        un.trusted("JoinsNamespaceOf", ctx.pod_unit);
-    }
+    // The pod's IPC namespace (and network, /tmp): see the pod unit.
+    un.trusted("JoinsNamespaceOf", ctx.pod_unit);
     // Never give up restarting (kubelet semantics): no start rate limit.
     un.trusted("StartLimitIntervalSec", "0");
     un.add("X-PodunitPod", Value::Plain(format!("{ns}/{pod_name}")));
@@ -310,7 +309,14 @@ fn one(
     }
 
     // Identity and sandbox.
-    if let Err(f) = security::apply(svc, spec.security_context.as_ref(), c, path, &[]) {
+    if let Err(f) = security::apply(
+        svc,
+        spec.security_context.as_ref(),
+        c,
+        path,
+        &[],
+        spec.host_pid == Some(true),
+    ) {
         faults.push(f);
     }
     // Resources.
@@ -378,6 +384,10 @@ fn one(
     svc.trusted("TimeoutStopSec", format!("{grace}s"));
     if private_net {
         svc.trusted("PrivateNetwork", "yes");
+    }
+    // Privileged containers too: the IPC namespace is the pod's, not a sandbox.
+    if spec.host_ipc != Some(true) {
+        svc.trusted("PrivateIPC", "yes");
     }
     svc.trusted("SendSIGKILL", "yes");
     svc.add(

@@ -48,6 +48,8 @@ pub struct NodeFacts {
     /// The `podunit` binary the pod unit runs for `pod-prepare`/`pod-cleanup`: where this
     /// installation put it (see [`crate::generate::installed_podunit_bin`]).
     pub podunit_bin: String,
+    /// The labels of this node's Node object, which `nodeSelector` and node affinity must match.
+    pub labels: std::collections::BTreeMap<String, String>,
 }
 
 impl Default for NodeFacts {
@@ -59,6 +61,7 @@ impl Default for NodeFacts {
             private_network: false,
             restart_steps: false,
             podunit_bin: Paths::PODUNIT_BIN.to_string(),
+            labels: crate::manifest::admission::host_node_labels("localhost", &Default::default()),
         }
     }
 }
@@ -257,10 +260,17 @@ pub fn translate(
         "ExecStopPost",
         Value::Exec(vec![bin, escape_arg("pod-cleanup"), escape_arg(&plan_file)]),
     );
+    // The pod's namespaces, which its containers join (JoinsNamespaceOf=): one IPC namespace per
+    // pod, as in Kubernetes (the host's with hostIPC: true), and with `network: private` one
+    // loopback-only network. A joining unit takes the joined unit's /tmp too (systemd 252): the
+    // pod unit has a private one, or the containers' PrivateTmp= would silently be the host's.
+    if spec.host_ipc != Some(true) {
+        svc.trusted("PrivateIPC", "yes");
+    }
     if node.private_network && spec.host_network != Some(true) {
-        // The containers join this namespace (JoinsNamespaceOf=): one loopback-only network per pod.
         svc.trusted("PrivateNetwork", "yes");
     }
+    svc.trusted("PrivateTmp", "yes");
     svc.add(
         "LogExtraFields",
         Value::LogFields(container::log_fields(ns, name, uid, None)),

@@ -42,9 +42,16 @@ pub fn pod_cpu_weight(spec: &k8s_openapi::api::core::v1::PodSpec) -> u64 {
     cpu_weight(apps.max(init))
 }
 
-/// `CPUQuota=` from a limit: 1 cpu = 100%, rounded up to whole percent as systemd needs.
-pub fn cpu_quota(millis: u64) -> String {
-    format!("{}%", millis.div_ceil(10).max(1))
+/// `CPUQuota=` from a limit: 1 cpu = 100%, exactly: systemd reads it in hundredths of a percent,
+/// so 1m is `0.1%` and 15m `1.5%` (the kubelet's quota, 100 us per 100 ms period; kernel and
+/// systemd both raise a quota below 1 ms to 1 ms, as the kubelet does). A zero limit sets no
+/// quota, as the kubelet's runtime writes `max` for it.
+pub fn cpu_quota(millis: u64) -> Option<String> {
+    match millis % 10 {
+        _ if millis == 0 => None,
+        0 => Some(format!("{}%", millis / 10)),
+        tenth => Some(format!("{}.{tenth}%", millis / 10)),
+    }
 }
 
 /// Writes limits and requests of `r` (a container's or the pod's) into `sec`.
@@ -57,7 +64,9 @@ pub fn apply(sec: &mut Section, r: Option<&ResourceRequirements>, path: &str) ->
     if let Some(q) = get(&r.limits, "cpu") {
         let m = quantity::cpu_millis(&q)
             .map_err(|e| Fault::new(format!("{path}.limits.cpu"), e.to_string()))?;
-        sec.trusted("CPUQuota", cpu_quota(m));
+        if let Some(q) = cpu_quota(m) {
+            sec.trusted("CPUQuota", q);
+        }
     }
     if let Some(q) = get(&r.limits, "memory") {
         let b = quantity::bytes(&q)
@@ -100,8 +109,11 @@ mod tests {
         assert_eq!(cpu_weight(1), 1);
         assert_eq!(cpu_weight(0), 1);
         assert_eq!(cpu_weight(1_000_000), 10000, "capped at MaxShares");
-        assert_eq!(cpu_quota(500), "50%");
-        assert_eq!(cpu_quota(2000), "200%");
-        assert_eq!(cpu_quota(1), "1%");
+        assert_eq!(cpu_quota(500).as_deref(), Some("50%"));
+        assert_eq!(cpu_quota(2000).as_deref(), Some("200%"));
+        assert_eq!(cpu_quota(1).as_deref(), Some("0.1%"), "1m, not 10m");
+        assert_eq!(cpu_quota(15).as_deref(), Some("1.5%"), "15m, not 20m");
+        assert_eq!(cpu_quota(1001).as_deref(), Some("100.1%"));
+        assert_eq!(cpu_quota(0), None);
     }
 }

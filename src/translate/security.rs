@@ -114,6 +114,7 @@ pub fn apply(
     ctr: &Container,
     path: &str,
     extra_groups: &[i64],
+    host_pid: bool,
 ) -> Result<(), Fault> {
     let sc = ctr.security_context.as_ref();
     let id = identity(pod_sc, sc);
@@ -255,19 +256,21 @@ pub fn apply(
         }
     }
     // What every unprivileged container gets, as a container runtime would give it: its own /tmp,
-    // a read-only cgroup tree, a hostname it cannot change, other users' processes out of sight.
+    // a read-only cgroup tree, a hostname it cannot change, other users' processes out of sight
+    // (all of them in sight with hostPID: true, as its container would see the host's).
     svc.add("PrivateTmp", Value::Trusted("yes".into()));
     svc.add("ProtectControlGroups", Value::Trusted("yes".into()));
     svc.add("ProtectHostname", Value::Trusted("yes".into()));
-    svc.add("ProtectProc", Value::Trusted("invisible".into()));
+    if !host_pid {
+        svc.add("ProtectProc", Value::Trusted("invisible".into()));
+    }
     if !caps.iter().any(|c| c == "CAP_SYS_TIME") {
         svc.add("ProtectClock", Value::Trusted("yes".into()));
     }
     if sc.and_then(|c| c.allow_privilege_escalation) == Some(false) {
         svc.add("RestrictSUIDSGID", Value::Trusted("yes".into()));
     }
-    // Its own IPC namespace and mount table, as every pod has.
-    svc.add("PrivateIPC", Value::Trusted("yes".into()));
+    // Its own mount table. (The IPC namespace is the pod's: see the container unit.)
     svc.add("PrivateMounts", Value::Trusted("yes".into()));
     // Read-only kernel tunables, no module loading, no kernel log. For a non-root user systemd
     // implies NoNewPrivileges= with these, which Kubernetes only sets for
