@@ -43,16 +43,21 @@ const NO_PVC: &str = "persistentVolumeClaim volumes are not supported";
 const NO_IMAGE_VOLUME: &str = "image volumes are not supported";
 const NO_LOCALHOST_SECCOMP: &str = "\"Localhost\" profiles are not supported";
 const BAD_YAML: &str = "not valid YAML or JSON";
+const NODE_AFFINITY: &str = "refused as the kubelet refuses it (NodeAffinity)";
 const OTHER_KIND: &str = "is not supported here (only v1 Pod, ConfigMap and Secret)";
 
 const WHY_IMAGE: &str =
     "the image is not in the local image store: podunit does not pull images yet";
+const WHY_AFFINITY: &str = "its node selector or required node affinity asks for labels this node \
+    does not have (the kubelet refuses it with NodeAffinity); besides, the image is not in the local \
+    image store (podunit does not pull images yet) and no command is given (podunit does not read \
+    image entrypoints)";
 const WHY_IMAGE_COMMAND: &str = "the image is not in the local image store (podunit does not pull \
     images yet) and no command is given (podunit does not read image entrypoints)";
 
 #[rustfmt::skip]
 const CASES: &[Case] = &[
-    Case { file: "assigning-pods-to-nodes-affinity.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
+    Case { file: "assigning-pods-to-nodes-affinity.yaml", fresh: Refused(&[NODE_AFFINITY, NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NODE_AFFINITY, NO_COMMAND]), why: WHY_AFFINITY },
     Case { file: "commands.yaml", fresh: Refused(&[NO_IMAGE]), with_images: Renders, why: WHY_IMAGE },
     Case { file: "config/example-redis-config.yaml", fresh: Renders, with_images: Renders, why: "a ConfigMap only: nothing to run" },
     Case { file: "config/redis-pod.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
@@ -88,17 +93,17 @@ const CASES: &[Case] = &[
     Case { file: "pod-configmap-volume.yaml", fresh: Refused(&[NO_IMAGE]), with_images: Renders, why: WHY_IMAGE },
     Case { file: "pod-multiple-configmap-env-variable.yaml", fresh: Refused(&[NO_IMAGE]), with_images: Renders, why: WHY_IMAGE },
     Case { file: "pod-nginx-preferred-affinity.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
-    Case { file: "pod-nginx-required-affinity.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
+    Case { file: "pod-nginx-required-affinity.yaml", fresh: Refused(&[NODE_AFFINITY, NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NODE_AFFINITY, NO_COMMAND]), why: WHY_AFFINITY },
     Case { file: "pod-nginx-specific-node.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
-    Case { file: "pod-nginx.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
+    Case { file: "pod-nginx.yaml", fresh: Refused(&[NODE_AFFINITY, NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NODE_AFFINITY, NO_COMMAND]), why: WHY_AFFINITY },
     Case { file: "pod-projected-svc-token.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
     Case { file: "pod-rs.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
     Case { file: "pod-single-configmap-env-variable.yaml", fresh: Refused(&[NO_IMAGE]), with_images: Renders, why: WHY_IMAGE },
     Case { file: "pod-with-affinity-anti-affinity.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
     Case { file: "pod-with-affinity-preferred-weight.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
-    Case { file: "pod-with-node-affinity-1.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
+    Case { file: "pod-with-node-affinity-1.yaml", fresh: Refused(&[NODE_AFFINITY, NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NODE_AFFINITY, NO_COMMAND]), why: WHY_AFFINITY },
     Case { file: "pod-with-node-affinity-2.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
-    Case { file: "pod-with-node-affinity.yaml", fresh: Refused(&["sequence, expected NodeSelector"]), with_images: Refused(&["sequence, expected NodeSelector"]), why: "invalid manifest: `requiredDuringSchedulingIgnoredDuringExecution` must be a NodeSelector, not a list; the API server refuses it too" },
+    Case { file: "pod-with-node-affinity.yaml", fresh: Refused(&["Invalid value: list: must be an object"]), with_images: Refused(&["Invalid value: list: must be an object"]), why: "invalid manifest: `requiredDuringSchedulingIgnoredDuringExecution` must be a NodeSelector, not a list; the API server refuses it too" },
     Case { file: "pod-with-numeric-toleration.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
     Case { file: "pod-with-pod-affinity.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
     Case { file: "pod-with-scheduling-gates.yaml", fresh: Refused(&[NO_IMAGE, NO_COMMAND]), with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },

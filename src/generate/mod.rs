@@ -125,20 +125,21 @@ fn generate_pod(
     }
     // What the kubelet refuses before it runs a static pod. The translation still runs, so that
     // `podunit check` says everything that is wrong with the pod at once.
-    let refused = crate::manifest::admission::check_node_affinity(&entry.pod, &node.node_name, &node.labels)
-        .err()
-        .map(|r| {
-            Problem::error(
-                &entry.file,
-                format!(
-                    "refused as the kubelet refuses it ({}): {}",
-                    r.reason, r.message
-                ),
-            )
-            .pod(entry.key())
-            .at(r.path)
-            .reason(r.reason)
-        });
+    let refused =
+        crate::manifest::admission::check_node_affinity(&entry.pod, &node.node_name, &node.labels)
+            .err()
+            .map(|r| {
+                Problem::error(
+                    &entry.file,
+                    format!(
+                        "refused as the kubelet refuses it ({}): {}",
+                        r.reason, r.message
+                    ),
+                )
+                .pod(entry.key())
+                .at(r.path)
+                .reason(r.reason)
+            });
     match translate(entry, node, images) {
         Ok(units) => {
             problems.extend(units.warnings.iter().cloned());
@@ -338,7 +339,8 @@ pub fn node_setup_with_policy(
     node.private_network = config.network == crate::common::config::Network::Private;
     node.restart_steps = config.restart_backoff_steps;
     node.podunit_bin = podunit_bin(paths);
-    node.labels = crate::manifest::admission::host_node_labels(&node.node_name, &config.node_labels);
+    node.labels =
+        crate::manifest::admission::host_node_labels(&node.node_name, &config.node_labels);
     let images = FsImages {
         paths: paths.clone(),
         host_aliases: config

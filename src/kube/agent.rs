@@ -91,7 +91,10 @@ fn now() -> Timestamp {
 
 /// One journal line per message, whatever names it holds (see [`crate::common::diag::one_line`]).
 fn log(msg: impl AsRef<str>) {
-    eprintln!("podunit-sync: {}", crate::common::diag::one_line(msg.as_ref()));
+    eprintln!(
+        "podunit-sync: {}",
+        crate::common::diag::one_line(msg.as_ref())
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -840,8 +843,11 @@ impl Worker {
         let paths = self.cfg.paths.clone();
         let resolve = |p: &str| crate::generate::host_realpath(&paths, p);
         // The kubelet's own admission first: a pod bound here without the scheduler may not fit.
-        let labels = crate::manifest::admission::host_node_labels(&self.cfg.node_name, &self.cfg.labels);
-        if let Err(r) = crate::manifest::admission::check_node_affinity(&pod, &self.cfg.node_name, &labels) {
+        let labels =
+            crate::manifest::admission::host_node_labels(&self.cfg.node_name, &self.cfg.labels);
+        if let Err(r) =
+            crate::manifest::admission::check_node_affinity(&pod, &self.cfg.node_name, &labels)
+        {
             self.reject(k, r.reason, &format!("Pod was rejected: {}", r.message));
             return;
         }
@@ -978,7 +984,11 @@ impl Worker {
         let mut c = crate::manifest::Catalog::default();
         let shown = PathBuf::from(Paths::SPOOL).join(spool::file_name(&k.0, &k.1));
         c.add_text(&shown, text, crate::common::paths::Source::Spool);
-        let facts = crate::generate::detect_node(&self.cfg.paths);
+        // This node as the API server knows it, so validation agrees with admission.
+        let mut facts = crate::generate::detect_node(&self.cfg.paths);
+        facts.node_name = self.cfg.node_name.clone();
+        facts.labels =
+            crate::manifest::admission::host_node_labels(&self.cfg.node_name, &self.cfg.labels);
         let images = crate::generate::FsImages {
             paths: self.cfg.paths.clone(),
             host_aliases: self.cfg.policy.host_images.clone(),

@@ -161,16 +161,22 @@ fn explain(message: &str, value: Option<&Value>) -> (String, Option<Value>) {
             Some(Value::Bool(false)),
         ),
         "a sequence" => ("must be a list".to_string(), Some(Value::Array(Vec::new()))),
-        e if e == "a map" || e.starts_with("struct ") => (
-            "must be an object".to_string(),
-            Some(Value::Object(Default::default())),
-        ),
         e if e.to_ascii_lowercase().contains("intorstring")
             || e.to_ascii_lowercase().contains("int or string") =>
         {
             (
                 "must be an integer or a string".to_string(),
                 Some(Value::from(0)),
+            )
+        }
+        // k8s-openapi's structs expect themselves by name (`NodeSelector`).
+        e if e == "a map"
+            || e.starts_with("struct ")
+            || e.starts_with(|c: char| c.is_ascii_uppercase()) =>
+        {
+            (
+                "must be an object".to_string(),
+                Some(Value::Object(Default::default())),
             )
         }
         e => (format!("must be {e}"), None),
