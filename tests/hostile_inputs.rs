@@ -107,7 +107,7 @@ fn wrong_types_and_unknown_fields() {
             "  containers:\n  - name: c\n    image: host\n    command: /bin/true\n",
         ),
         &[
-            "types.yaml: default/types: spec.containers[0].command: invalid type: string \"/bin/true\", expected a sequence",
+            "types.yaml: default/types: spec.containers[0].command: Invalid value: \"/bin/true\": must be a list",
         ],
     );
     refused(
@@ -116,7 +116,9 @@ fn wrong_types_and_unknown_fields() {
             "grace",
             &format!("  terminationGracePeriodSeconds: soon\n{C}"),
         ),
-        &["grace.yaml: default/grace: spec.terminationGracePeriodSeconds: invalid type"],
+        &[
+            "grace.yaml: default/grace: spec.terminationGracePeriodSeconds: Invalid value: \"soon\": must be an integer",
+        ],
     );
     refused(
         "typo.yaml",
@@ -166,6 +168,26 @@ fn names_that_are_not_dns_1123() {
             "  containers:\n  - {name: \"c/../x\", image: host, command: [/bin/true]}\n",
         ),
         &["spec.containers[0].name: \"c/../x\" is not a DNS-1123 label"],
+    );
+}
+
+#[test]
+fn a_control_character_in_a_name_never_reaches_a_message_raw() {
+    let (code, text) = check(
+        "forge.yaml",
+        b"apiVersion: v1\nkind: Pod\nmetadata: {name: \"x\\npodunit: all good\\u001b[2J\", namespace: \"n\\r\"}\nspec:\n  containers: [{name: c, image: host, command: [/bin/true]}]\n",
+    );
+    assert_eq!(code, 1, "{text}");
+    for line in text.lines() {
+        assert!(
+            line.starts_with("forge.yaml: ") || line.contains("pod(s) ok"),
+            "a line the manifest forged: {line:?} in:\n{text}"
+        );
+        assert!(!line.contains(char::is_control), "{line:?}");
+    }
+    assert!(
+        text.contains("forge.yaml: n\\r/x\\npodunit: all good\\x1b[2J: metadata.name: "),
+        "{text}"
     );
 }
 
