@@ -3,7 +3,7 @@
 
 use crate::localsync::generator_output::ContainerKind as Kind;
 use crate::status::api::{Observed, ObservedContainer, State};
-use crate::status::container::{self as containerstate, UnitFacts};
+use crate::status::container::{self, UnitFacts};
 use crate::status::unit::ExitKind;
 use crate::translate::naming;
 use k8s_openapi::api::core::v1::Pod;
@@ -57,7 +57,7 @@ fn container(
     u: &UnitProps,
     blocked: &str,
 ) -> ObservedContainer {
-    let d = containerstate::derive(&u.facts(), kind, blocked);
+    let d = container::derive(&u.facts(), kind, blocked);
     ObservedContainer {
         name: name.to_string(),
         unit: unit.to_string(),
