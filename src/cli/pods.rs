@@ -2,20 +2,21 @@
 //! as systemd still runs them after their files are gone.
 
 use crate::common::paths::Paths;
-use crate::localsync::generator_output::{self as generated, GeneratedPod};
-use crate::status::pod::{self as status, PodStatus};
+use crate::localsync::generator_output::{self, GeneratedPod};
+use crate::status;
+use crate::status::pod::PodStatus;
 use crate::status::unit::UnitState;
 use crate::systemd::{self, Client};
 use std::collections::HashMap;
 
 /// Every pod podunit knows: rendered ones, then ones whose files are gone but still run.
 pub fn gather(client: &Client, paths: &Paths) -> Result<Vec<(GeneratedPod, bool)>, String> {
-    let dir = paths.host(generated::GENERATOR_DIR);
-    let desired = generated::scan(&dir).map_err(|e| e.to_string())?;
+    let dir = paths.host(generator_output::GENERATOR_DIR);
+    let desired = generator_output::scan(&dir).map_err(|e| e.to_string())?;
     let actual = client
         .list_units(systemd::UNIT_PATTERN)
         .map_err(|e| e.to_string())?;
-    let orphans = status::orphan_pods(&actual, &desired);
+    let orphans = status::pod::orphan_pods(&actual, &desired);
     let mut all: Vec<(GeneratedPod, bool)> = desired.into_iter().map(|p| (p, false)).collect();
     all.extend(orphans.into_iter().map(|p| (p, true)));
     Ok(all)
@@ -46,8 +47,8 @@ pub fn pod_status(
     let source = pod
         .source_path
         .as_deref()
-        .and_then(|s| status::source_of(s, paths));
-    Ok(status::pod_status(pod, &units, source, terminating))
+        .and_then(|s| status::pod::source_of(s, paths));
+    Ok(status::pod::pod_status(pod, &units, source, terminating))
 }
 
 /// Finds `NAME` (any namespace; `default` wins) or `NAMESPACE/NAME`.
@@ -55,7 +56,7 @@ pub fn find<'a>(
     pods: &'a [(GeneratedPod, bool)],
     want: &str,
 ) -> Result<&'a (GeneratedPod, bool), String> {
-    if let Some(key) = generated::PodKey::parse(want) {
+    if let Some(key) = generator_output::PodKey::parse(want) {
         return pods
             .iter()
             .find(|(p, _)| p.key == key)

@@ -3,7 +3,8 @@
 
 use crate::localsync::generator_output::ContainerKind as Kind;
 use crate::status::api::{Observed, ObservedContainer, State};
-use crate::status::container::{self as containerstate, UnitFacts};
+use crate::status::container::{self, UnitFacts};
+use crate::status::phase::{self, App, Restart};
 use crate::status::unit::ExitKind;
 use crate::translate::naming;
 use k8s_openapi::api::core::v1::Pod;
@@ -57,7 +58,7 @@ fn container(
     u: &UnitProps,
     blocked: &str,
 ) -> ObservedContainer {
-    let d = containerstate::derive(&u.facts(), kind, blocked);
+    let d = container::derive(&u.facts(), kind, blocked);
     ObservedContainer {
         name: name.to_string(),
         unit: unit.to_string(),
@@ -76,12 +77,8 @@ pub fn observe(pod: &Pod, units: &HashMap<String, UnitProps>) -> Observed {
     let none = UnitProps::default();
     let get = |u: &str| units.get(u).unwrap_or(&none);
     let pu = get(&naming::pod_service(ns, name));
-    let pod_up = pu.active_state == "active" || pu.active_state == "reloading";
-    let waiting = if pod_up {
-        "PodInitializing"
-    } else {
-        "ContainerCreating"
-    };
+    let pod_up = phase::pod_up(&pu.active_state);
+    let waiting = phase::waiting_reason(pod_up, true);
     let spec = pod.spec.clone().unwrap_or_default();
     let policy = spec.restart_policy.as_deref().unwrap_or("Always");
     let mut init = Vec::new();
@@ -94,17 +91,10 @@ pub fn observe(pod: &Pod, units: &HashMap<String, UnitProps>) -> Observed {
         };
         let unit = naming::container_service(ns, name, &c.name);
         let o = container(&c.name, &unit, kind, get(&unit), waiting);
-        all_init_done &= match kind {
-            Kind::Sidecar => o.started,
-            _ => matches!(o.state, State::Terminated { exit_code: 0, .. }),
-        };
+        all_init_done &= phase::init_done(kind, &o.state, o.started);
         init.push(o);
     }
-    let app_waiting = if all_init_done {
-        waiting
-    } else {
-        "PodInitializing"
-    };
+    let app_waiting = phase::waiting_reason(pod_up, all_init_done);
     let apps: Vec<ObservedContainer> = spec
         .containers
         .iter()
@@ -113,41 +103,31 @@ pub fn observe(pod: &Pod, units: &HashMap<String, UnitProps>) -> Observed {
             container(&c.name, &unit, Kind::App, get(&unit), app_waiting)
         })
         .collect();
-    let will_restart = |o: &ObservedContainer| match (&o.state, policy) {
-        (State::Terminated { .. }, "Always") => true,
-        (State::Terminated { exit_code, .. }, "OnFailure") => *exit_code != 0,
-        (State::Terminated { .. }, _) => false,
-        _ => true,
-    };
-    let exit0 = |o: &ObservedContainer| matches!(o.state, State::Terminated { exit_code: 0, .. });
+    // The one rule `podunit status` does not apply: an init container that failed for good fails
+    // the pod (the local view keeps such a pod Pending; see docs/architecture.md).
     let init_failed = init.iter().any(|o| {
         matches!(o.state, State::Terminated { exit_code, .. } if exit_code != 0)
             && policy == "Never"
     });
+    let facts: Vec<App> = apps
+        .iter()
+        .map(|o| App {
+            state: &o.state,
+            restart: Restart::from_policy(policy),
+            started: o.started,
+            ran_before: o.last_state.is_some(),
+        })
+        .collect();
     let phase = if init_failed {
-        "Failed"
-    } else if !all_init_done {
-        "Pending"
-    } else if !apps.is_empty() && apps.iter().all(|o| !will_restart(o)) {
-        if apps.iter().all(exit0) {
-            "Succeeded"
-        } else {
-            "Failed"
-        }
-    } else if apps.iter().any(|o| o.started || o.last_state.is_some()) {
-        "Running"
+        phase::Phase::Failed
     } else {
-        "Pending"
+        phase::phase(all_init_done, &facts)
     };
     Observed {
-        phase: phase.into(),
+        phase: phase.as_str().into(),
         pod_ready_to_start: pod_up,
         initialized: all_init_done,
-        start_us: if pu.active_enter_us != 0 {
-            pu.active_enter_us
-        } else {
-            pu.exec_main_start_us
-        },
+        start_us: phase::start_us(pu.active_enter_us, pu.exec_main_start_us),
         init_containers: init,
         containers: apps,
     }

@@ -4,6 +4,7 @@
 
 use crate::common::paths::Source;
 use crate::localsync::generator_output::{ContainerKind, GeneratedContainer, GeneratedPod, PodKey};
+use crate::status::phase::{self, App, Restart};
 use crate::status::unit::{ListedUnit, UnitState};
 use crate::translate::naming::{self, Parsed};
 use serde::Serialize;
@@ -50,14 +51,8 @@ impl ContainerStatus {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub enum Phase {
-    Pending,
-    Running,
-    Succeeded,
-    Failed,
-    Unknown,
-}
+/// The pod's phase (shared with the cluster agent's PodStatus, [`crate::status::phase`]).
+pub use crate::status::phase::Phase;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Condition {
@@ -129,20 +124,7 @@ pub fn container_status(
 }
 
 fn init_done(s: &ContainerStatus) -> bool {
-    match s.kind {
-        ContainerKind::Sidecar => s.started,
-        _ => matches!(s.state, ContainerState::Terminated { exit_code: 0, .. }),
-    }
-}
-
-/// Will this container run again by itself? (Decides Succeeded/Failed versus Running.)
-fn will_restart(c: &GeneratedContainer, s: &ContainerStatus) -> bool {
-    match (&s.state, c.restart.as_str()) {
-        (ContainerState::Terminated { .. }, "always") => true,
-        (ContainerState::Terminated { exit_code, .. }, "on-failure") => *exit_code != 0,
-        (ContainerState::Terminated { .. }, _) => false,
-        _ => true,
-    }
+    phase::init_done(s.kind, &s.state, s.started)
 }
 
 /// The whole pod. `units` maps unit names to their states (missing = never loaded).
@@ -160,26 +142,17 @@ pub fn pod_status(
     };
     let pod_unit_name = pod.pod_unit.clone().unwrap_or_default();
     let pu = state_of(&pod_unit_name);
-    let pod_up = pu.active_state == "active" || pu.active_state == "reloading";
-    let pod_waiting = if pod_up {
-        "PodInitializing"
-    } else {
-        "ContainerCreating"
-    };
+    let pod_up = phase::pod_up(&pu.active_state);
     let mut init = Vec::new();
     let mut apps = Vec::new();
     let mut all_init_done = true;
     for c in &pod.containers {
         let u = state_of(&c.unit);
         if c.kind == ContainerKind::App {
-            let reason = if all_init_done {
-                pod_waiting
-            } else {
-                "PodInitializing"
-            };
+            let reason = phase::waiting_reason(pod_up, all_init_done);
             apps.push((c, container_status(c, &u, reason)));
         } else {
-            let s = container_status(c, &u, pod_waiting);
+            let s = container_status(c, &u, phase::waiting_reason(pod_up, true));
             all_init_done &= init_done(&s);
             init.push((c, s));
         }
@@ -188,22 +161,16 @@ pub fn pod_status(
     let ready_containers = apps.iter().filter(|(_, s)| s.ready).count();
     let total_containers = apps.len();
     let all_ready = ready_containers == total_containers && total_containers > 0;
-    let phase = if !all_init_done {
-        Phase::Pending
-    } else if !apps.is_empty() && apps.iter().all(|(c, s)| !will_restart(c, s)) {
-        if apps.iter().all(|(_, s)| s.exit_code() == Some(0)) {
-            Phase::Succeeded
-        } else {
-            Phase::Failed
-        }
-    } else if apps
+    let facts: Vec<App> = apps
         .iter()
-        .any(|(_, s)| s.started || s.last_state.is_some())
-    {
-        Phase::Running
-    } else {
-        Phase::Pending
-    };
+        .map(|(c, s)| App {
+            state: &s.state,
+            restart: Restart::from_unit(&c.restart),
+            started: s.started,
+            ran_before: s.last_state.is_some(),
+        })
+        .collect();
+    let phase = phase::phase(all_init_done, &facts);
     let display = display_status(phase, &init, &apps, terminating);
     let conditions = vec![
         cond("PodReadyToStartContainers", pod_up),
@@ -212,11 +179,7 @@ pub fn pod_status(
         cond("ContainersReady", all_ready),
         cond("PodScheduled", true),
     ];
-    let start_time = if pu.active_enter_us != 0 {
-        pu.active_enter_us
-    } else {
-        pu.exec_main_start_us
-    };
+    let start_time = phase::start_us(pu.active_enter_us, pu.exec_main_start_us);
     PodStatus {
         namespace: pod.key.namespace.clone(),
         name: pod.key.name.clone(),

@@ -1,0 +1,206 @@
+//! Posting PodStatus: which pods' units changed (a unit change, a reload), the status computed
+//! from their units ([`crate::status`]) and PATCHed when it differs from what was posted.
+
+use super::context::{log, now};
+use super::state::{Due, Phase};
+use super::worker::Worker;
+use crate::kube::client;
+use crate::kube::compact::Compact;
+use crate::kube::units::Changes;
+use crate::status::api;
+use crate::status::observe::{self, UnitProps};
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use std::collections::HashMap;
+
+impl Worker {
+    pub(super) fn post_status(&mut self, k: &(String, String), st: PodStatus) -> bool {
+        let Some(rec) = self.pods.get(k) else {
+            return false;
+        };
+        let compact = Compact::new(&st);
+        if rec.posted.as_ref() == Some(&compact) || rec.refused.as_ref() == Some(&compact) {
+            return true;
+        }
+        let path = format!("{}/status", client::path::<Pod>(Some(&k.0), Some(&k.1)));
+        match self
+            .client
+            .merge_patch::<Pod>(&path, &serde_json::json!({ "status": st }))
+        {
+            Ok(_) => {
+                self.api_worked();
+                if let Some(rec) = self.pods.get_mut(k) {
+                    rec.posted = Some(compact);
+                }
+                true
+            }
+            Err(e) if e.is_not_found() => true,
+            // A refusal (422 Invalid, 403, ...) is final for this status: retrying the same
+            // request only floods the API server. Logged once; a different status is sent.
+            Err(e) if !e.is_transient() && e.code().is_some_and(|c| (400..500).contains(&c)) => {
+                log(format!(
+                    "{}/{}: status refused, not sent again until it changes: {e}",
+                    k.0, k.1
+                ));
+                if let Some(rec) = self.pods.get_mut(k) {
+                    rec.refused = Some(compact);
+                }
+                true
+            }
+            Err(e) => {
+                self.api_failed("posting pod status", &e);
+                false
+            }
+        }
+    }
+
+    /// Marks the pods (and static pods) that own the changed units.
+    pub(super) fn units_changed(&mut self, c: Changes) {
+        let changed = match c {
+            Changes::None => return,
+            Changes::All => {
+                self.status_due.all = true;
+                return;
+            }
+            Changes::Units(u) => u,
+            Changes::Reloaded(u) => {
+                self.status_due.reloaded = true;
+                u
+            }
+        };
+        if self.status_due.all {
+            return;
+        }
+        let owns = |units: &[String]| units.iter().any(|u| changed.contains(u));
+        let pods = self
+            .pods
+            .iter()
+            .filter(|(_, r)| owns(&r.units))
+            .map(|(k, _)| k);
+        let statics = self
+            .mirrors
+            .iter()
+            .filter(|(_, m)| owns(&observe::pod_units(&m.static_pod)))
+            .map(|(k, _)| k);
+        let keys: Vec<(String, String)> = pods.chain(statics).cloned().collect();
+        self.status_due.pods.extend(keys);
+    }
+
+    /// The pods and static pods whose units a reload changed: load, active or sub state differs
+    /// from what the last reload left (all of them when the edge cannot list units). Asking
+    /// systemd for every unit's properties after each reload cost three D-Bus calls per unit, and
+    /// slowed each new pod's start more the fuller the node was.
+    fn changed_by_reload(&mut self) -> Vec<(String, String)> {
+        let Some(now) = self.units.states() else {
+            return self
+                .pods
+                .keys()
+                .chain(self.mirrors.keys())
+                .cloned()
+                .collect();
+        };
+        let before = std::mem::replace(&mut self.reload_states, now);
+        let after = &self.reload_states;
+        let changed = |units: &[String]| units.iter().any(|u| before.get(u) != after.get(u));
+        let pods = self.pods.iter().filter(|(_, r)| changed(&r.units));
+        let statics = self
+            .mirrors
+            .iter()
+            .filter(|(_, m)| changed(&observe::pod_units(&m.static_pod)));
+        pods.map(|(k, _)| k)
+            .chain(statics.map(|(k, _)| k))
+            .cloned()
+            .collect()
+    }
+
+    pub(super) fn post_statuses(&mut self, mut due: Due) {
+        if due.reloaded && !due.all {
+            let changed = self.changed_by_reload();
+            due.pods.extend(changed);
+            due.reloaded = false;
+        }
+        let keys: Vec<(String, String)> = if due.all {
+            self.pods.keys().cloned().collect()
+        } else {
+            due.pods
+                .iter()
+                .filter(|k| self.pods.contains_key(*k))
+                .cloned()
+                .collect()
+        };
+        let addrs = self.node_addrs();
+        for (i, k) in keys.iter().enumerate() {
+            let k = k.clone();
+            if !self.api_ok() {
+                // Try again once the API server is back.
+                self.status_due.pods.extend(keys[i..].iter().cloned());
+                self.status_due.pods.extend(
+                    self.mirrors
+                        .keys()
+                        .filter(|k| due.has(k))
+                        .cloned()
+                        .collect::<Vec<_>>(),
+                );
+                return;
+            }
+            let Some(rec) = self.pods.get(&k) else {
+                continue;
+            };
+            let pod = rec.pod.get();
+            let posted = rec.posted.as_ref().map(Compact::get);
+            let st = match &rec.phase {
+                Phase::Finished => continue,
+                Phase::Rejected { reason, message } => {
+                    api::rejected(&pod, reason, message, &addrs, posted.as_ref(), now())
+                }
+                Phase::Blocked {
+                    reason,
+                    message,
+                    only,
+                } => {
+                    let about = |name: &str| only.is_empty() || only.iter().any(|o| o == name);
+                    let mut obs = observe::observe(&pod, &HashMap::new());
+                    for c in obs
+                        .containers
+                        .iter_mut()
+                        .chain(obs.init_containers.iter_mut())
+                        .filter(|c| about(&c.name))
+                    {
+                        c.state = api::State::Waiting {
+                            reason: reason.clone(),
+                        };
+                    }
+                    let mut st = api::build(&pod, &obs, &addrs, posted.as_ref(), now());
+                    for cs in st
+                        .container_statuses
+                        .iter_mut()
+                        .flatten()
+                        .chain(st.init_container_statuses.iter_mut().flatten())
+                        .filter(|cs| about(&cs.name))
+                    {
+                        if let Some(w) = cs.state.as_mut().and_then(|s| s.waiting.as_mut()) {
+                            w.message = Some(message.clone());
+                        }
+                    }
+                    st
+                }
+                Phase::Active | Phase::Terminating { .. } => {
+                    let units = rec.units.clone();
+                    let props: HashMap<String, UnitProps> = match self.units.props(&units) {
+                        Ok(p) => p,
+                        Err(e) => {
+                            log(format!("{}/{}: {e}", k.0, k.1));
+                            self.status_due.pods.insert(k);
+                            continue;
+                        }
+                    };
+                    let obs = observe::observe(&pod, &props);
+                    api::build(&pod, &obs, &addrs, posted.as_ref(), now())
+                }
+            };
+            if !self.post_status(&k, st) {
+                self.status_due.pods.insert(k);
+            }
+        }
+        self.post_mirror_statuses(&addrs, &due);
+    }
+}

@@ -1,0 +1,133 @@
+//! The two watchers that feed the worker: the pod watcher (list and watch this node's pods,
+//! resuming from the last resourceVersion, re-listing on 410 Gone) and the unit watcher (systemd's
+//! change notifications).
+
+use super::context::{AgentConfig, Shared, log, nap};
+use crate::kube::backoff::Backoff;
+use crate::kube::client::{self, Client, ListParams};
+use crate::kube::units::{Changes, Units};
+use crate::kube::watch::Event;
+use k8s_openapi::api::core::v1::Pod;
+use std::sync::Arc;
+use std::sync::mpsc::Sender;
+use std::time::Duration;
+
+/// What the watcher tells the worker.
+#[derive(Debug)]
+pub enum Msg {
+    /// A complete list: pods not in it are gone.
+    Sync(Vec<Pod>),
+    Upsert(Box<Pod>),
+    Deleted(Box<Pod>),
+    /// systemd reported unit changes.
+    UnitsChanged(Changes),
+}
+
+/// Lists and watches this node's pods until stopped.
+pub fn watch_loop(client: Client, cfg: AgentConfig, shared: Arc<Shared>, tx: Sender<Msg>) {
+    let path = client::path::<Pod>(None, None);
+    let selector = format!("spec.nodeName={}", cfg.node_name);
+    let mut backoff = Backoff::with_time_seed(
+        Duration::from_millis(500),
+        Duration::from_secs(cfg.timing.max_backoff_seconds.max(1)),
+    );
+    let mut rv: Option<String> = None;
+    while !shared.stopping() {
+        if rv.is_none() {
+            let params = ListParams {
+                field_selector: Some(selector.clone()),
+                ..Default::default()
+            };
+            match client.list::<Pod>(&path, &params) {
+                Ok(list) => {
+                    backoff.reset();
+                    rv = list.metadata.resource_version.clone();
+                    if tx.send(Msg::Sync(list.items)).is_err() {
+                        return;
+                    }
+                }
+                Err(e) => {
+                    log(format!("listing pods: {e}"));
+                    if !nap(&shared, backoff.next_delay()) {
+                        return;
+                    }
+                    continue;
+                }
+            }
+        }
+        // Watches end by themselves after a randomised 5-10 minutes, as client-go's reflector does.
+        // The back-off is reset only by an answer (a list, an event), never by a new try: a down
+        // API server is retried ever more slowly, up to cluster.maxBackoffSeconds.
+        let timeout = 300 + backoff.jitter(Duration::from_secs(300)).as_secs() as u32;
+        let params = ListParams {
+            field_selector: Some(selector.clone()),
+            resource_version: rv.clone(),
+            allow_watch_bookmarks: true,
+            timeout_seconds: Some(timeout),
+            ..Default::default()
+        };
+        let stream = match client.watch::<Pod>(&path, &params) {
+            Ok(s) => s,
+            Err(e) if e.is_gone() => {
+                rv = None;
+                continue;
+            }
+            Err(e) => {
+                log(format!("watching pods: {e}"));
+                if !nap(&shared, backoff.next_delay()) {
+                    return;
+                }
+                continue;
+            }
+        };
+        let mut got_any = false;
+        for ev in stream {
+            if shared.stopping() {
+                return;
+            }
+            if ev.is_ok() {
+                backoff.reset();
+            }
+            let msg = match ev {
+                Ok(Event::Bookmark(v)) => {
+                    rv = Some(v);
+                    continue;
+                }
+                Ok(Event::Added(p) | Event::Modified(p)) => {
+                    rv = p.metadata.resource_version.clone().or(rv);
+                    Msg::Upsert(Box::new(p))
+                }
+                Ok(Event::Deleted(p)) => {
+                    rv = p.metadata.resource_version.clone().or(rv);
+                    Msg::Deleted(Box::new(p))
+                }
+                Err(e) if e.is_gone() => {
+                    log("watch expired (410 Gone); listing again");
+                    rv = None;
+                    break;
+                }
+                Err(e) => {
+                    log(format!("watch ended: {e}"));
+                    break;
+                }
+            };
+            got_any = true;
+            if tx.send(msg).is_err() {
+                return;
+            }
+        }
+        if !got_any && rv.is_some() && !nap(&shared, backoff.next_delay()) {
+            return;
+        }
+    }
+}
+
+/// Forwards systemd's change notifications to the worker.
+pub fn unit_watch_loop(units: Arc<dyn Units>, shared: Arc<Shared>, tx: Sender<Msg>) {
+    while !shared.stopping() {
+        let changes = units.wait_changes(Duration::from_secs(1));
+        if changes != Changes::None && tx.send(Msg::UnitsChanged(changes)).is_err() {
+            return;
+        }
+    }
+}
