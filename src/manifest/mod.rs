@@ -3,6 +3,7 @@
 
 pub mod discover;
 pub mod parse;
+pub mod placement;
 pub mod validate;
 
 use crate::common::diag::Problem;
