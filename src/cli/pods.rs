@@ -3,8 +3,10 @@
 
 use crate::common::paths::Paths;
 use crate::localsync::generator_output::{self as generated, GeneratedPod};
+use crate::status::knownpods;
 use crate::status::pod::{self as status, PodStatus};
 use crate::status::unit::UnitState;
+use crate::status::waiting;
 use crate::systemd::{self, Client};
 use std::collections::HashMap;
 
@@ -27,6 +29,7 @@ pub fn pod_status(
     paths: &Paths,
     pod: &GeneratedPod,
     orphan: bool,
+    records: &[waiting::Record],
 ) -> Result<PodStatus, String> {
     let mut units: HashMap<String, UnitState> = HashMap::new();
     for u in pod
@@ -47,7 +50,16 @@ pub fn pod_status(
         .source_path
         .as_deref()
         .and_then(|s| status::source_of(s, paths));
-    Ok(status::pod_status(pod, &units, source, terminating))
+    let mut st = status::pod_status(pod, &units, source, terminating);
+    // What pod-prepare found missing, while the pod unit is down because of it.
+    let pod_unit = pod.pod_unit.as_ref().and_then(|u| units.get(u));
+    if let (Some(uid), Some(u)) = (&pod.uid, pod_unit)
+        && let Some(rec) = records.iter().find(|r| &r.uid == uid)
+        && waiting::applies(rec, &u.active_state, u.exec_main_start_us)
+    {
+        knownpods::apply_waiting(&mut st, rec);
+    }
+    Ok(st)
 }
 
 /// Finds `NAME` (any namespace; `default` wins) or `NAMESPACE/NAME`.
@@ -55,22 +67,31 @@ pub fn find<'a>(
     pods: &'a [(GeneratedPod, bool)],
     want: &str,
 ) -> Result<&'a (GeneratedPod, bool), String> {
-    if let Some(key) = generated::PodKey::parse(want) {
-        return pods
+    find_by(pods, |(p, _)| p.key.clone(), want)
+}
+
+/// As [`find`], over anything with a pod key.
+pub fn find_by<'a, T>(
+    items: &'a [T],
+    key: impl Fn(&T) -> generated::PodKey,
+    want: &str,
+) -> Result<&'a T, String> {
+    if let Some(wanted) = generated::PodKey::parse(want) {
+        return items
             .iter()
-            .find(|(p, _)| p.key == key)
+            .find(|i| key(i) == wanted)
             .ok_or_else(|| format!("pod {want} not found"));
     }
-    let hits: Vec<_> = pods.iter().filter(|(p, _)| p.key.name == want).collect();
+    let hits: Vec<_> = items.iter().filter(|i| key(i).name == want).collect();
     match hits.as_slice() {
         [] => Err(format!("pod {want} not found")),
         [one] => Ok(one),
         many => many
             .iter()
-            .find(|(p, _)| p.key.namespace == "default")
+            .find(|i| key(i).namespace == "default")
             .copied()
             .ok_or_else(|| {
-                let keys: Vec<String> = many.iter().map(|(p, _)| p.key.to_string()).collect();
+                let keys: Vec<String> = many.iter().map(|i| key(i).to_string()).collect();
                 format!(
                     "pod name {want} is ambiguous: {}; use NAMESPACE/NAME",
                     keys.join(", ")

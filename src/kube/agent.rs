@@ -19,7 +19,7 @@ use super::compact::Compact;
 use super::spool::{self, Spool};
 use super::units::{Changes, UnitStates, Units};
 use super::watch::Event;
-use super::{mirror, node, token};
+use super::{mirror, node, token, waitrecord};
 use crate::common::config::ClusterTiming;
 use crate::common::paths::Paths;
 use crate::common::policy::{self, Policy};
@@ -562,6 +562,7 @@ impl Worker {
     ) -> std::io::Result<Worker> {
         let spool = Spool::new(cfg.paths.spool());
         spool.init()?;
+        waitrecord::release_all(&cfg.paths);
         Ok(Worker {
             client,
             cfg,
@@ -891,6 +892,9 @@ impl Worker {
             self.refresh_volumes(k);
         }
         if let Some(rec) = self.pods.get_mut(k) {
+            if rec.phase != Phase::Active {
+                waitrecord::release(&self.cfg.paths, &rec.uid);
+            }
             rec.phase = Phase::Active;
             rec.refs_seen = Some(seen);
         }
@@ -1195,6 +1199,7 @@ impl Worker {
             rec.posted.as_ref().map(Compact::get).as_ref(),
             now(),
         );
+        waitrecord::hold(&self.cfg.paths, &pod, reason, message, &[], true);
         if !rec.event_sent {
             self.event(&pod, "Warning", reason, message);
         }
@@ -1222,12 +1227,13 @@ impl Worker {
         let new = Phase::Blocked {
             reason: reason.into(),
             message: message.into(),
-            only,
+            only: only.clone(),
         };
         let changed = rec.phase != new;
         rec.phase = new;
         if changed {
             let pod = rec.pod.get();
+            waitrecord::hold(&self.cfg.paths, &pod, reason, message, &only, false);
             log(format!("{}/{}: {reason}: {message}", k.0, k.1));
             self.event(&pod, "Warning", event_reason, message);
             self.status_due.pods.insert(k.clone());
@@ -1387,6 +1393,7 @@ impl Worker {
         {
             self.mark_dirty(k);
         }
+        waitrecord::release(&self.cfg.paths, &rec.uid);
         self.remove_pod_dirs(&rec.uid);
     }
 

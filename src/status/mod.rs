@@ -5,6 +5,8 @@
 
 pub mod api;
 pub mod container;
+pub mod knownpods;
 pub mod observe;
 pub mod pod;
 pub mod unit;
+pub mod waiting;
