@@ -85,26 +85,6 @@ impl Catalog {
         c
     }
 
-    /// Loads explicit files and directories (as `podunit check PATH...` does). Each is treated as
-    /// an admin-written manifest.
-    pub fn load_paths(items: &[PathBuf]) -> Catalog {
-        let mut c = Catalog::default();
-        for item in items {
-            if item.is_dir() {
-                match discover::list_dir(item) {
-                    Ok(files) => files.iter().for_each(|f| c.add_file(f, Source::Etc)),
-                    Err(e) => c
-                        .problems
-                        .push(Problem::error(item, format!("cannot read directory: {e}"))),
-                }
-            } else {
-                c.add_file(item, Source::Etc);
-            }
-        }
-        c.refuse_duplicates();
-        c
-    }
-
     /// Reads and parses one file; its problems are recorded, its objects added.
     pub fn add_file(&mut self, file: &Path, source: Source) {
         self.add_file_as(file, file, source)
