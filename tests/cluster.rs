@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use podunit::common::config::ClusterTiming;
 use podunit::common::paths::Paths;
 use podunit::common::policy::Policy;
-use podunit::kube::agent::{self, AgentConfig, Shared};
+use podunit::kube::agent::{self, AgentConfig, IMAGE_NEVER_PULL, Shared};
 use podunit::kube::client::{self, Client, DeleteOptions};
 use podunit::kube::kubeconfig::{self, OwnerCheck};
 use podunit::kube::units::{Changes, UnitStates, Units};
@@ -284,6 +284,16 @@ impl Drop for Env {
             let _ = t.join();
         }
         let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+impl Env {
+    /// What the agent left for `podunit status` about pod `name`, if anything.
+    fn held(&self, name: &str) -> Option<podunit::status::waiting::Record> {
+        podunit::status::waiting::read_all(&self.cfg.paths)
+            .unwrap()
+            .into_iter()
+            .find(|r| r.name == name)
     }
 }
 
@@ -675,6 +685,13 @@ fn a_pod_the_policy_refuses_fails_with_an_event_and_never_runs() {
                 && e.involved_object.name.as_deref() == Some("priv")),
         "an Event says why"
     );
+    // `podunit status` shows it, though it has no units.
+    let rec = env.held("priv").expect("a record for podunit status");
+    assert!(rec.refused);
+    let row = podunit::status::knownpods::unspooled(&rec);
+    assert_eq!(row.display, "PolicyViolation");
+    assert_eq!(row.phase, podunit::status::pod::Phase::Failed);
+    assert!(row.message.unwrap().contains("policy.privileged"));
 }
 
 #[test]
@@ -1285,6 +1302,17 @@ fn a_pod_whose_image_is_not_on_the_node_waits_with_err_image_never_pull() {
         .expect("an Event says why");
     assert_eq!(ev.type_.as_deref(), Some("Warning"));
     assert!(ev.message.as_deref().unwrap().contains(image));
+    // `podunit status` shows the wait, on the container it is about.
+    let rec = env.held("noimg").expect("a record for podunit status");
+    assert_eq!(
+        (rec.reason.as_str(), rec.containers.as_slice(), rec.refused),
+        (IMAGE_NEVER_PULL, &["app".to_string()][..], false)
+    );
+    let row = podunit::status::knownpods::unspooled(&rec);
+    assert_eq!(
+        (row.display.as_str(), row.total_containers),
+        (IMAGE_NEVER_PULL, 2)
+    );
 
     // Put into the local store, the image is found at the next retry and the pod runs.
     std::fs::create_dir_all(
@@ -1294,4 +1322,8 @@ fn a_pod_whose_image_is_not_on_the_node_waits_with_err_image_never_pull() {
     .unwrap();
     env.wait_phase("noimg", "Running");
     assert!(env.spool_file("noimg").exists());
+    assert!(
+        env.held("noimg").is_none(),
+        "spooled: nothing held back any more"
+    );
 }

@@ -391,3 +391,186 @@ spec:
     );
     assert_eq!(failed_podunit_units(&m), "");
 }
+
+/// The row of pod `name` in `podunit status`, split on whitespace.
+fn status_row(table: &str, name: &str) -> Vec<String> {
+    table
+        .lines()
+        .find(|l| l.split_whitespace().nth(1) == Some(name))
+        .unwrap_or_else(|| panic!("no {name} row in\n{table}"))
+        .split_whitespace()
+        .map(str::to_string)
+        .collect()
+}
+
+/// podunit-sync's journal lines at warning level or worse in this boot.
+fn sync_warnings(m: &Machine) -> String {
+    m.sh_ok("journalctl -b --no-pager -o cat -p warning -u podunit-sync.service")
+}
+
+#[test]
+fn refused_and_waiting_pods_are_in_status_with_why() {
+    let m = Machine::boot("sync-visible");
+    start_sync(&m);
+    let sleeper = |name: &str, extra: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  containers:\n  - name: main\n    image: host\n    command: [\"/bin/sleep\", \"infinity\"]\n{extra}"
+        )
+    };
+    m.write("/etc/pods.d/good.yaml", sleeper("good", "").as_bytes());
+    // A typo, as a new user makes one.
+    m.write(
+        "/etc/pods.d/typo.yaml",
+        sleeper("typo", "")
+            .replace("command:", "comand:")
+            .as_bytes(),
+    );
+    // A ConfigMap that is not there (yet).
+    m.write(
+        "/etc/pods.d/app.yaml",
+        sleeper(
+            "app",
+            "    env:\n    - name: LEVEL\n      valueFrom:\n        configMapKeyRef: {name: app-config, key: level}\n",
+        )
+        .as_bytes(),
+    );
+    reload_and_wait_reconcile(&m);
+    wait_state(&m, &ctr_unit(NS, "good", "main"), &["active"]);
+    wait_state(&m, &pod_unit(NS, "app"), &["failed"]);
+
+    let table = m.sh_ok("podunit status");
+    let typo = status_row(&table, "typo");
+    assert_eq!(
+        (
+            typo[0].as_str(),
+            typo[3].as_str(),
+            typo.last().unwrap().as_str()
+        ),
+        ("default", "InvalidManifest", "etc"),
+        "{table}"
+    );
+    let app = status_row(&table, "app");
+    assert_eq!(app[2], "0/1", "{table}");
+    assert_eq!(app[3], "CreateContainerConfigError", "{table}");
+    assert_eq!(status_row(&table, "good")[3], "Running", "{table}");
+    // Why, under the table: the first problem and where the rest are; what is missing.
+    assert!(
+        table.lines().any(|l| l.starts_with("default/typo: /etc/pods.d/typo.yaml: default/typo: spec.containers[0].comand: unknown field")
+            && l.ends_with("(podunit check /etc/pods.d/typo.yaml)")),
+        "{table}"
+    );
+    assert!(
+        table
+            .lines()
+            .any(|l| l == "default/app: key \"level\" of ConfigMap default/app-config not found"),
+        "{table}"
+    );
+
+    // One pod by name, as `podunit status typo` was asked before it was visible.
+    let one = m.sh_ok("podunit status typo");
+    assert!(one.contains("InvalidManifest"), "{one}");
+    assert!(one.contains("Message:     /etc/pods.d/typo.yaml"), "{one}");
+
+    let json: serde_json::Value =
+        serde_json::from_str(&m.sh_ok("podunit status -o json")).expect("status json");
+    let pod = |name: &str| {
+        json.as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == name)
+            .unwrap_or_else(|| panic!("{name} not in {json}"))
+            .clone()
+    };
+    let typo = pod("typo");
+    assert_eq!(
+        (&typo["phase"], &typo["reason"]),
+        (&"Failed".into(), &"InvalidManifest".into())
+    );
+    assert!(
+        typo["message"]
+            .as_str()
+            .unwrap()
+            .contains("spec.containers[0].comand"),
+        "{typo}"
+    );
+    let app = pod("app");
+    assert_eq!(
+        app["containerStatuses"][0]["state"]["waiting"]["reason"],
+        "CreateContainerConfigError"
+    );
+    assert!(
+        app["message"].as_str().unwrap().contains("app-config"),
+        "{app}"
+    );
+
+    // podunit-sync said what was refused, at warning level, naming file, pod and field: once
+    // for the reload, once more for the next.
+    let refused = |m: &Machine| {
+        sync_warnings(m)
+            .lines()
+            .filter(|l| {
+                l.contains(
+                    "manifest refused: /etc/pods.d/typo.yaml: default/typo: spec.containers[0].comand",
+                )
+            })
+            .count()
+    };
+    assert_eq!(refused(&m), 1, "{}", sync_warnings(&m));
+    reload_and_wait_reconcile(&m);
+    assert_eq!(refused(&m), 2, "{}", sync_warnings(&m));
+
+    // The ConfigMap arrives, the pod starts: its wait is over, and so is what status said.
+    m.write(
+        "/etc/pods.d/app-config.yaml",
+        b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: app-config}\ndata: {level: debug}\n",
+    );
+    m.sh_ok("systemctl restart podunit-default_app.service");
+    wait_state(&m, &ctr_unit(NS, "app", "main"), &["active"]);
+    let table = m.sh_ok("podunit status");
+    assert_eq!(status_row(&table, "app")[3], "Running", "{table}");
+    assert!(!table.contains("default/app:"), "{table}");
+}
+
+#[test]
+fn a_failing_reconcile_is_said_in_status_text_and_podunit_status() {
+    let m = Machine::boot("sync-disk-full");
+    // A small filesystem for podunit's state, which the test fills once podunit-sync runs.
+    m.sh_ok(
+        "mount -t tmpfs -o size=4m,mode=0755 tmpfs /var/lib/podunit && mkdir -m 0700 /var/lib/podunit/spool",
+    );
+    start_sync(&m);
+    m.write(
+        "/etc/pods.d/one.yaml",
+        probe_pod("one", "full-one", "v1").as_bytes(),
+    );
+    reload_and_wait_reconcile(&m);
+    m.sh("dd if=/dev/zero of=/var/lib/podunit/fill bs=64k 2>/dev/null");
+    m.write(
+        "/etc/pods.d/two.yaml",
+        probe_pod("two", "full-two", "v1").as_bytes(),
+    );
+    m.daemon_reload();
+    let text = m.wait_for("podunit-sync to say the reconcile failed", SOON, || {
+        let t = m.prop("podunit-sync.service", "StatusText");
+        t.starts_with("Reconcile failed").then_some(t)
+    });
+    assert!(text.contains("No space left on device"), "{text}");
+    let status = m.sh_ok("podunit status");
+    assert!(
+        status
+            .lines()
+            .any(|l| l.starts_with("podunit-sync: Reconcile failed")
+                && l.contains("No space left on device")),
+        "{status}"
+    );
+
+    // Space again: the next reload reconciles, and both say so.
+    m.sh_ok("rm /var/lib/podunit/fill");
+    reload_and_wait_reconcile(&m);
+    m.wait_for("podunit-sync to reconcile again", SOON, || {
+        m.prop("podunit-sync.service", "StatusText")
+            .starts_with("Reconciled")
+            .then_some(())
+    });
+    assert!(!m.sh_ok("podunit status").contains("Reconcile failed"));
+}

@@ -22,12 +22,24 @@ fn main() -> ExitCode {
     let paths = Paths::from_env();
     let catalog = Catalog::load(&paths);
     let (node, images, config_problem, policy) = node_setup_with_policy(&paths);
-    if let Some(p) = config_problem {
-        report(&p, false);
+    if let Some(p) = &config_problem {
+        report(p, false);
     }
     let written = generate_into(&normal, &catalog, &node, &images, policy.as_ref());
     for p in &written.problems {
         report(&p.to_string(), p.is_error());
+    }
+    // What it refused, for `podunit status` and podunit-sync to show.
+    let problems =
+        podunit::generate::report::build(&catalog, &written.problems, config_problem.as_deref());
+    if let Err(e) = podunit::generate::report::write(&normal, &problems) {
+        report(
+            &format!(
+                "cannot write {}: {e}",
+                normal.join(podunit::generate::report::FILE).display()
+            ),
+            true,
+        );
     }
     for (pod, e) in &written.failed {
         report(

@@ -1,5 +1,6 @@
 //! Golden tests: each directory under tests/golden/ holds manifests (`pods.d/`, optional `spool/`
-//! and `root/` for other host files) and the expected result: the unit tree (`expected/`), the
+//! and `root/` for other host files) and the expected result: the unit tree (`expected/`, with the
+//! generator's report of its problems, `podunit/problems.json`, when it found any), the
 //! generator's stderr (`expected.stderr`) and its exit status (`expected.status`). The generator
 //! runs as a process, exactly as systemd runs it. `UPDATE_GOLDEN=1` rewrites the expectations.
 //! Every expected tree also passes `systemd-analyze verify` with no complaint.
@@ -154,6 +155,13 @@ fn golden_trees() {
                 run.status
             ));
         }
+        // The report is there exactly when the generator said something.
+        assert_eq!(
+            run.tree.contains_key(podunit::generate::report::FILE),
+            !run.stderr.is_empty(),
+            "{name}: {}",
+            run.stderr
+        );
         // The generator contract: non-zero exactly when a manifest was skipped.
         assert_eq!(
             run.status != 0,

@@ -2,21 +2,22 @@
 //! as systemd still runs them after their files are gone.
 
 use crate::common::paths::Paths;
-use crate::localsync::generator_output::{self, GeneratedPod};
-use crate::status;
-use crate::status::pod::PodStatus;
+use crate::localsync::generator_output::{self as generated, GeneratedPod};
+use crate::status::knownpods;
+use crate::status::pod::{self as status, PodStatus};
 use crate::status::unit::UnitState;
+use crate::status::waiting;
 use crate::systemd::{self, Client};
 use std::collections::HashMap;
 
 /// Every pod podunit knows: rendered ones, then ones whose files are gone but still run.
 pub fn gather(client: &Client, paths: &Paths) -> Result<Vec<(GeneratedPod, bool)>, String> {
-    let dir = paths.host(generator_output::GENERATOR_DIR);
-    let desired = generator_output::scan(&dir).map_err(|e| e.to_string())?;
+    let dir = paths.host(generated::GENERATOR_DIR);
+    let desired = generated::scan(&dir).map_err(|e| e.to_string())?;
     let actual = client
         .list_units(systemd::UNIT_PATTERN)
         .map_err(|e| e.to_string())?;
-    let orphans = status::pod::orphan_pods(&actual, &desired);
+    let orphans = status::orphan_pods(&actual, &desired);
     let mut all: Vec<(GeneratedPod, bool)> = desired.into_iter().map(|p| (p, false)).collect();
     all.extend(orphans.into_iter().map(|p| (p, true)));
     Ok(all)
@@ -28,6 +29,7 @@ pub fn pod_status(
     paths: &Paths,
     pod: &GeneratedPod,
     orphan: bool,
+    records: &[waiting::Record],
 ) -> Result<PodStatus, String> {
     let mut units: HashMap<String, UnitState> = HashMap::new();
     for u in pod
@@ -47,8 +49,17 @@ pub fn pod_status(
     let source = pod
         .source_path
         .as_deref()
-        .and_then(|s| status::pod::source_of(s, paths));
-    Ok(status::pod::pod_status(pod, &units, source, terminating))
+        .and_then(|s| status::source_of(s, paths));
+    let mut st = status::pod_status(pod, &units, source, terminating);
+    // What pod-prepare found missing, while the pod unit is down because of it.
+    let pod_unit = pod.pod_unit.as_ref().and_then(|u| units.get(u));
+    if let (Some(uid), Some(u)) = (&pod.uid, pod_unit)
+        && let Some(rec) = records.iter().find(|r| &r.uid == uid)
+        && waiting::applies(rec, &u.active_state, u.exec_main_start_us)
+    {
+        knownpods::apply_waiting(&mut st, rec);
+    }
+    Ok(st)
 }
 
 /// Finds `NAME` (any namespace; `default` wins) or `NAMESPACE/NAME`.
@@ -56,22 +67,31 @@ pub fn find<'a>(
     pods: &'a [(GeneratedPod, bool)],
     want: &str,
 ) -> Result<&'a (GeneratedPod, bool), String> {
-    if let Some(key) = generator_output::PodKey::parse(want) {
-        return pods
+    find_by(pods, |(p, _)| p.key.clone(), want)
+}
+
+/// As [`find`], over anything with a pod key.
+pub fn find_by<'a, T>(
+    items: &'a [T],
+    key: impl Fn(&T) -> generated::PodKey,
+    want: &str,
+) -> Result<&'a T, String> {
+    if let Some(wanted) = generated::PodKey::parse(want) {
+        return items
             .iter()
-            .find(|(p, _)| p.key == key)
+            .find(|i| key(i) == wanted)
             .ok_or_else(|| format!("pod {want} not found"));
     }
-    let hits: Vec<_> = pods.iter().filter(|(p, _)| p.key.name == want).collect();
+    let hits: Vec<_> = items.iter().filter(|i| key(i).name == want).collect();
     match hits.as_slice() {
         [] => Err(format!("pod {want} not found")),
         [one] => Ok(one),
         many => many
             .iter()
-            .find(|(p, _)| p.key.namespace == "default")
+            .find(|i| key(i).namespace == "default")
             .copied()
             .ok_or_else(|| {
-                let keys: Vec<String> = many.iter().map(|(p, _)| p.key.to_string()).collect();
+                let keys: Vec<String> = many.iter().map(|i| key(i).to_string()).collect();
                 format!(
                     "pod name {want} is ambiguous: {}; use NAMESPACE/NAME",
                     keys.join(", ")

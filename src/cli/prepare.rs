@@ -3,6 +3,7 @@
 use crate::common::paths::Paths;
 use crate::manifest::Catalog;
 use crate::podstart::prepare;
+use crate::status::waiting;
 use crate::translate::plan::PodPlan;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -38,7 +39,35 @@ pub fn prepare(args: Args) -> ExitCode {
     };
     // ConfigMaps and Secrets are read now, so a pod starts with their current content.
     let catalog = Catalog::load(&paths);
-    match prepare::prepare(&plan, &paths, &catalog, &prepare::node_ip()) {
+    let result = prepare::prepare(&plan, &paths, &catalog, &prepare::node_ip());
+    // What `podunit status` shows while the pod cannot start (and no longer once it can).
+    let recorded = match &result {
+        Ok(()) => waiting::clear(&paths, &plan.uid, Some(waiting::Writer::Prepare)),
+        Err(e) => waiting::write(
+            &paths,
+            &waiting::Record {
+                uid: plan.uid.clone(),
+                namespace: plan.namespace.clone(),
+                name: plan.name.clone(),
+                writer: waiting::Writer::Prepare,
+                reason: e.waiting_reason().into(),
+                message: e.to_string(),
+                containers: Vec::new(),
+                all_containers: Vec::new(),
+                refused: false,
+                at_us: waiting::now_us(),
+            },
+        ),
+    };
+    if let Err(e) = recorded {
+        eprintln!(
+            "podunit pod-prepare: pod {}/{}: cannot record its state under {}: {e}",
+            plan.namespace,
+            plan.name,
+            waiting::DIR
+        );
+    }
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!(

@@ -1,8 +1,11 @@
 //! `podunit status [POD]`: pods like `kubectl get pods`, or one pod's containers with their logs.
-use super::pods::{find, gather, pod_status};
+use super::pods::{find, find_by, gather, pod_status};
 use crate::common::paths::Paths;
 use crate::common::timefmt;
-use crate::status::pod::{ContainerState, ContainerStatus, PodStatus};
+use crate::localsync::generator_output::{self as generated, GeneratedPod};
+use crate::status::knownpods;
+use crate::status::pod::{self as status, ContainerState, ContainerStatus, PodStatus};
+use crate::status::waiting;
 use crate::systemd::Client;
 use std::process::ExitCode;
 
@@ -22,6 +25,66 @@ pub struct Args {
     /// Log lines shown per container with POD.
     #[arg(long, default_value_t = 10)]
     pub tail: usize,
+}
+
+/// Everything `podunit status` shows besides the pods with units: the generator's report, the
+/// waiting records, podunit-sync's own status, and what could not be read of them.
+pub struct Known {
+    pub report: Option<crate::generate::report::Report>,
+    pub records: Vec<waiting::Record>,
+    pub sync_status: String,
+    pub unreadable: Vec<String>,
+}
+
+pub fn known(client: &Client, paths: &Paths) -> Known {
+    let mut unreadable = Vec::new();
+    let report = crate::generate::report::read(&paths.host(generated::GENERATOR_DIR))
+        .unwrap_or_else(|e| {
+            unreadable.push(e);
+            None
+        });
+    let records = waiting::read_all(paths).unwrap_or_else(|e| {
+        unreadable.push(format!(
+            "cannot read {}: {e} (why pods wait is shown to root)",
+            paths.host(waiting::DIR).display()
+        ));
+        Vec::new()
+    });
+    let sync_status = client.status_text(SYNC_UNIT).unwrap_or_default();
+    Known {
+        report,
+        records,
+        sync_status,
+        unreadable,
+    }
+}
+
+const SYNC_UNIT: &str = "podunit-sync.service";
+
+/// The rows of pods without units: refused by the generator, held back by the node agent.
+pub fn unrendered(
+    known: &Known,
+    rendered: &[(GeneratedPod, bool)],
+    paths: &Paths,
+) -> Vec<PodStatus> {
+    let mut out: Vec<PodStatus> = known
+        .report
+        .iter()
+        .flat_map(|r| &r.refused)
+        .map(|r| knownpods::refused(r, status::source_of(&r.file.to_string_lossy(), paths)))
+        .collect();
+    let uids: std::collections::HashSet<&str> = rendered
+        .iter()
+        .filter_map(|(p, _)| p.uid.as_deref())
+        .collect();
+    out.extend(
+        known
+            .records
+            .iter()
+            .filter(|r| r.writer == waiting::Writer::Agent && !uids.contains(r.uid.as_str()))
+            .map(knownpods::unspooled),
+    );
+    out
 }
 
 fn now_us() -> u64 {
@@ -75,11 +138,12 @@ pub fn pods_table(pods: &[PodStatus], now: u64) -> String {
         .to_vec(),
     ];
     for p in pods {
+        // A refused pod's name may be anything: one line per pod, whatever it holds.
         rows.push(vec![
-            p.namespace.clone(),
-            p.name.clone(),
+            crate::generate::report::one_line(&p.namespace),
+            crate::generate::report::one_line(&p.name),
             format!("{}/{}", p.ready_containers, p.total_containers),
-            p.display.clone(),
+            crate::generate::report::one_line(&p.display),
             p.restarts.to_string(),
             timefmt::age(p.start_time, now),
             p.source
@@ -178,7 +242,11 @@ pub fn pod_header(p: &PodStatus, source_path: Option<&str>, now: u64) -> String 
         conds.join(" "),
         p.pod_unit,
         p.pod_unit_state,
-    )
+    ) + &p
+        .message
+        .as_deref()
+        .map(|m| format!("Message:     {}\n", crate::generate::report::one_line(m)))
+        .unwrap_or_default()
 }
 
 pub fn run(args: Args) -> ExitCode {
@@ -195,25 +263,77 @@ fn run_inner(args: &Args) -> Result<(), String> {
     let paths = Paths::from_env();
     let client = Client::system().map_err(|e| e.to_string())?;
     let pods = gather(&client, &paths)?;
+    let known = known(&client, &paths);
     let now = now_us();
+    let others = unrendered(&known, &pods, &paths);
     match &args.pod {
         None => {
-            let statuses = pods
+            let mut statuses = pods
                 .iter()
-                .map(|(p, orphan)| pod_status(&client, &paths, p, *orphan))
+                .map(|(p, orphan)| pod_status(&client, &paths, p, *orphan, &known.records))
                 .collect::<Result<Vec<_>, _>>()?;
+            statuses.extend(others);
+            statuses.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+            let unreadable = known.unreadable.iter().map(|u| format!("warning: {u}"));
             match args.output {
-                Format::Json => println!(
-                    "{}",
-                    serde_json::to_string_pretty(&statuses).expect("serializable")
-                ),
-                Format::Text if statuses.is_empty() => eprintln!("No pods found."),
-                Format::Text => print!("{}", pods_table(&statuses, now)),
+                Format::Json => {
+                    println!(
+                        "{}",
+                        serde_json::to_string_pretty(&statuses).expect("serializable")
+                    );
+                    // The pods carry their messages; what is about no pod goes beside the data.
+                    let notes =
+                        knownpods::notes(&[], known.report.as_ref(), Some(&known.sync_status));
+                    for n in notes.into_iter().chain(unreadable) {
+                        eprintln!("{n}");
+                    }
+                }
+                Format::Text => {
+                    let mut notes = knownpods::notes(
+                        &statuses,
+                        known.report.as_ref(),
+                        Some(&known.sync_status),
+                    );
+                    notes.extend(unreadable);
+                    if statuses.is_empty() {
+                        eprintln!("No pods found.");
+                    } else {
+                        print!("{}", pods_table(&statuses, now));
+                    }
+                    if !notes.is_empty() {
+                        if !statuses.is_empty() {
+                            println!();
+                        }
+                        for n in &notes {
+                            println!("{n}");
+                        }
+                    }
+                }
             }
         }
         Some(want) => {
-            let (pod, orphan) = find(&pods, want)?;
-            let st = pod_status(&client, &paths, pod, *orphan)?;
+            let (pod, orphan) = match find(&pods, want) {
+                Ok(found) => found,
+                Err(not_found) => {
+                    // A pod without units: refused, or held back by the node agent.
+                    let st = find_by(
+                        &others,
+                        |p| generated::PodKey::new(&p.namespace, &p.name),
+                        want,
+                    )
+                    .map_err(|_| not_found)?;
+                    if args.output == Format::Json {
+                        println!(
+                            "{}",
+                            serde_json::to_string_pretty(st).expect("serializable")
+                        );
+                    } else {
+                        print!("{}", pod_header(st, None, now));
+                    }
+                    return Ok(());
+                }
+            };
+            let st = pod_status(&client, &paths, pod, *orphan, &known.records)?;
             if args.output == Format::Json {
                 println!(
                     "{}",
@@ -243,7 +363,7 @@ fn run_inner(args: &Args) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::localsync::generator_output::{GeneratedPod, PodKey};
+    use crate::localsync::generator_output::PodKey;
 
     #[test]
     fn tables_align_like_kubectl() {

@@ -65,17 +65,8 @@ pub fn main() -> ExitCode {
     }
 
     // At boot the generator ran before journald, and where there is no kernel log (containers)
-    // what it said about broken manifests is lost: say it again, from the same code.
-    {
-        let catalog = crate::manifest::Catalog::load(&opts.paths);
-        let (node, images, config_problem) = crate::generate::node_setup(&opts.paths);
-        if let Some(p) = config_problem {
-            localsync::log(&p);
-        }
-        for p in crate::generate::generate(&catalog, &node, &images).problems {
-            localsync::log(&format!("manifest problem: {p}"));
-        }
-    }
+    // what it said about broken manifests is lost: say it again, from its report.
+    localsync::log_refused(&opts.generator_dir);
 
     // Cluster mode: with a kubeconfig this node is also a kubelet. Its credentials are checked now,
     // so a loose kubeconfig stops the start with the reason.

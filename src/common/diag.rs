@@ -1,10 +1,10 @@
 //! Problems found in manifests, reported as `FILE: namespace/pod: field.path: what is wrong`.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::path::PathBuf;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Severity {
     /// Accepted, but something is not honoured (e.g. probes) or is suspicious.
@@ -14,17 +14,17 @@ pub enum Severity {
 }
 
 /// One finding. `pod` is `namespace/name` when known; `path` is a field path like
-/// `spec.containers[0].command`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// `spec.containers[0].command`. `reason` is the kubelet-like word a refused pod shows in
+/// `podunit status` (e.g. `PolicyViolation`, `NodeAffinity`); without one it shows `InvalidManifest`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Problem {
     pub severity: Severity,
     pub file: PathBuf,
     pub pod: Option<String>,
     pub path: Option<String>,
     pub message: String,
-    /// The kubelet's reason for refusing the pod (`NodeAffinity`), where it has one.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub reason: Option<&'static str>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 impl Problem {
@@ -56,8 +56,8 @@ impl Problem {
         self
     }
 
-    pub fn reason(mut self, reason: &'static str) -> Self {
-        self.reason = Some(reason);
+    pub fn reason(mut self, reason: impl Into<String>) -> Self {
+        self.reason = Some(reason.into());
         self
     }
 

@@ -2,6 +2,8 @@
 //! The generator, `podunit render` and `podunit check` all run [`generate`], so what they show is
 //! what boot gets.
 
+pub mod report;
+
 use crate::common::diag::Problem;
 use crate::manifest::Catalog;
 use crate::manifest::validate;
@@ -115,7 +117,11 @@ fn generate_pod(
         })
     {
         return (
-            vec![Problem::error(&entry.file, v.to_string()).pod(entry.key())],
+            vec![
+                Problem::error(&entry.file, v.to_string())
+                    .pod(entry.key())
+                    .reason(crate::common::policy::Violation::REASON),
+            ],
             None,
         );
     }

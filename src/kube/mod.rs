@@ -14,4 +14,5 @@ pub mod node;
 pub mod spool;
 pub mod token;
 pub mod units;
+pub mod waitrecord;
 pub mod watch;

@@ -249,6 +249,7 @@ impl Syncer {
             let dirs = [
                 format!("{}/{uid}", Paths::RUNTIME),
                 format!("{}/{uid}", Paths::STATE),
+                format!("{}/{uid}.json", crate::status::waiting::DIR),
             ];
             let mut argv: Vec<String> = ["/bin/rm", "-rf", "--one-file-system", "--"]
                 .map(String::from)
@@ -375,6 +376,38 @@ pub fn log(msg: &str) {
     eprintln!("podunit-sync: {}", crate::common::diag::one_line(msg));
 }
 
+/// Logs at warning level (syslog priority 4): stderr lines that start with `<4>` are read so
+/// by journald (SyslogLevelPrefix=), which says it is there with `$JOURNAL_STREAM`.
+pub fn warn(msg: &str) {
+    let prefix = if std::env::var_os("JOURNAL_STREAM").is_some() {
+        "<4>"
+    } else {
+        ""
+    };
+    eprintln!(
+        "{prefix}podunit-sync: {}",
+        crate::generate::report::one_line(msg)
+    );
+}
+
+/// Says what the generator refused in its last run (its report in `generator_dir`), once per
+/// reload: at boot it ran before journald, and a reload prints nothing on its own.
+pub fn log_refused(generator_dir: &std::path::Path) {
+    match crate::generate::report::read(generator_dir) {
+        Ok(None) => {}
+        Ok(Some(r)) => {
+            if let Some(c) = &r.config {
+                warn(&format!("node configuration: {c}"));
+            }
+            for p in &r.problems {
+                let what = if p.is_error() { "refused" } else { "accepted" };
+                warn(&format!("manifest {what}: {p}"));
+            }
+        }
+        Err(e) => warn(&format!("the generator's report: {e}")),
+    }
+}
+
 /// Runs the main loop until terminated. Called with `events` subscribed *before* the first
 /// reconcile, so a reload in between is never missed.
 pub fn run(syncer: &mut Syncer, rx: mpsc::Receiver<Msg>) -> Result<i32, Error> {
@@ -431,13 +464,17 @@ pub fn run(syncer: &mut Syncer, rx: mpsc::Receiver<Msg>) -> Result<i32, Error> {
             }
         }
         if reconcile {
+            log_refused(&syncer.opts.generator_dir);
             let _ = systemd::notify::notify("STATUS=Reconciling after daemon-reload");
             match syncer.reconcile() {
                 Ok(sum) => {
                     log(&format!("reconciled: {sum}"));
                     let _ = systemd::notify::notify(&format!("STATUS=Reconciled: {sum}"));
                 }
-                Err(e) => log(&format!("reconcile failed: {e}")),
+                Err(e) => {
+                    log(&format!("reconcile failed: {e}"));
+                    let _ = systemd::notify::notify(&format!("STATUS=Reconcile failed: {e}"));
+                }
             }
         }
     }

@@ -4,6 +4,7 @@
 pub mod admission;
 pub mod discover;
 pub mod parse;
+pub mod placement;
 pub mod typeerr;
 pub mod validate;
 
@@ -81,26 +82,6 @@ impl Catalog {
         });
         for (shown, source, (objects, problems)) in parsed {
             c.add_parsed(&shown, source, objects, problems);
-        }
-        c.refuse_duplicates();
-        c
-    }
-
-    /// Loads explicit files and directories (as `podunit check PATH...` does). Each is treated as
-    /// an admin-written manifest.
-    pub fn load_paths(items: &[PathBuf]) -> Catalog {
-        let mut c = Catalog::default();
-        for item in items {
-            if item.is_dir() {
-                match discover::list_dir(item) {
-                    Ok(files) => files.iter().for_each(|f| c.add_file(f, Source::Etc)),
-                    Err(e) => c
-                        .problems
-                        .push(Problem::error(item, format!("cannot read directory: {e}"))),
-                }
-            } else {
-                c.add_file(item, Source::Etc);
-            }
         }
         c.refuse_duplicates();
         c

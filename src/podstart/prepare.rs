@@ -58,6 +58,18 @@ impl fmt::Display for PrepareError {
 
 impl std::error::Error for PrepareError {}
 
+impl PrepareError {
+    /// The kubelet's waiting reason for a pod that fails this way: a missing ConfigMap, Secret
+    /// or key is `CreateContainerConfigError`; anything else keeps the pod `ContainerCreating`
+    /// (the kubelet's volume setup failing).
+    pub fn waiting_reason(&self) -> &'static str {
+        match self {
+            PrepareError::Missing { .. } | PrepareError::Env { .. } => "CreateContainerConfigError",
+            _ => "ContainerCreating",
+        }
+    }
+}
+
 fn io_err(path: &Path) -> impl FnOnce(io::Error) -> PrepareError + '_ {
     move |error| PrepareError::Io {
         path: path.to_path_buf(),

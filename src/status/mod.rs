@@ -6,7 +6,9 @@
 
 pub mod api;
 pub mod container;
+pub mod knownpods;
 pub mod observe;
 pub mod phase;
 pub mod pod;
 pub mod unit;
+pub mod waiting;

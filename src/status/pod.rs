@@ -86,6 +86,13 @@ pub struct PodStatus {
     pub container_statuses: Vec<ContainerStatus>,
     pub pod_unit: String,
     pub pod_unit_state: String,
+    /// Why a pod does not run: set for refused pods (`InvalidManifest`, ...), as the API's
+    /// `status.reason`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// What it waits for or why it was refused, in words (see [`crate::status::knownpods`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 /// The unit facts container state depends on.
@@ -197,6 +204,8 @@ pub fn pod_status(
         container_statuses: apps.into_iter().map(|(_, s)| s).collect(),
         pod_unit: pod_unit_name,
         pod_unit_state: format!("{}/{}", pu.active_state, pu.sub_state),
+        reason: None,
+        message: None,
     }
 }
 

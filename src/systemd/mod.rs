@@ -220,16 +220,27 @@ impl Client {
 
     /// `FragmentPath` of a unit: empty when it has no unit file.
     pub fn fragment_path(&self, unit: &str) -> Result<String, Error> {
-        let v: OwnedValue = self.call(
-            format!("Get FragmentPath {unit}"),
-            &props::unit_path(unit),
-            PROPS_IFACE,
-            "Get",
-            &(UNIT_IFACE, "FragmentPath"),
-        )?;
+        let v = self.get(unit, UNIT_IFACE, "FragmentPath")?;
         let mut m = HashMap::new();
         m.insert("FragmentPath".to_string(), v);
         Ok(props::unit_state(unit, &m, &HashMap::new()).fragment_path)
+    }
+
+    /// A service's `StatusText` (what it last told systemd with `STATUS=`); empty when none.
+    pub fn status_text(&self, unit: &str) -> Result<String, Error> {
+        let v = self.get(unit, SERVICE_IFACE, "StatusText")?;
+        Ok(String::try_from(v).unwrap_or_default())
+    }
+
+    /// One property of a unit.
+    fn get(&self, unit: &str, iface: &str, name: &str) -> Result<OwnedValue, Error> {
+        self.call(
+            format!("Get {name} {unit}"),
+            &props::unit_path(unit),
+            PROPS_IFACE,
+            "Get",
+            &(iface, name),
+        )
     }
 
     fn get_all(&self, unit: &str, iface: &str) -> Result<HashMap<String, OwnedValue>, Error> {

@@ -7,7 +7,7 @@ use super::worker::Worker;
 use crate::common::paths::Paths;
 use crate::common::policy;
 use crate::kube::compact::Compact;
-use crate::kube::spool;
+use crate::kube::{spool, waitrecord};
 use crate::status::api;
 use k8s_openapi::api::core::v1::Pod;
 use std::path::PathBuf;
@@ -115,6 +115,9 @@ impl Worker {
             self.refresh_volumes(k);
         }
         if let Some(rec) = self.pods.get_mut(k) {
+            if rec.phase != Phase::Active {
+                waitrecord::release(&self.cfg.paths, &rec.uid);
+            }
             rec.phase = Phase::Active;
             rec.refs_seen = Some(seen);
         }
@@ -222,6 +225,7 @@ impl Worker {
             rec.posted.as_ref().map(Compact::get).as_ref(),
             now(),
         );
+        waitrecord::hold(&self.cfg.paths, &pod, reason, message, &[], true);
         if !rec.event_sent {
             self.event(&pod, "Warning", reason, message);
         }
@@ -249,12 +253,13 @@ impl Worker {
         let new = Phase::Blocked {
             reason: reason.into(),
             message: message.into(),
-            only,
+            only: only.clone(),
         };
         let changed = rec.phase != new;
         rec.phase = new;
         if changed {
             let pod = rec.pod.get();
+            waitrecord::hold(&self.cfg.paths, &pod, reason, message, &only, false);
             log(format!("{}/{}: {reason}: {message}", k.0, k.1));
             self.event(&pod, "Warning", event_reason, message);
             self.status_due.pods.insert(k.clone());

@@ -117,6 +117,7 @@ impl Worker {
         {
             self.mark_dirty(k);
         }
+        crate::kube::waitrecord::release(&self.cfg.paths, &rec.uid);
         self.remove_pod_dirs(&rec.uid);
     }
 

@@ -68,6 +68,7 @@ impl Worker {
     ) -> std::io::Result<Worker> {
         let spool = Spool::new(cfg.paths.spool());
         spool.init()?;
+        crate::kube::waitrecord::release_all(&cfg.paths);
         let cfg_max_backoff = cfg.timing.max_backoff_seconds.max(1);
         Ok(Worker {
             client,
