@@ -47,7 +47,18 @@ pub fn pod_status(
         .source_path
         .as_deref()
         .and_then(|s| status::source_of(s, paths));
-    Ok(status::pod_status(pod, &units, source, terminating))
+    let mut st = status::pod_status(pod, &units, source, terminating);
+    if let Some(pod_unit) = &pod.pod_unit {
+        let gen_dir = paths.host(generated::GENERATOR_DIR);
+        let probes = crate::probe::results::plan_probes(&gen_dir, pod_unit);
+        if !probes.is_empty() {
+            let results = crate::probe::results::Results::load(
+                &paths.host(crate::probe::results::RESULTS_FILE),
+            );
+            crate::probe::results::overlay_status(&mut st, &probes, &results);
+        }
+    }
+    Ok(st)
 }
 
 /// Finds `NAME` (any namespace; `default` wins) or `NAMESPACE/NAME`.

@@ -246,6 +246,8 @@ pub enum Msg {
     Deleted(Box<Pod>),
     /// systemd reported unit changes.
     UnitsChanged(Changes),
+    /// The probe runner: an event to post, or a pod whose readiness changed.
+    Probe(super::probes::Note),
 }
 
 /// Lists and watches this node's pods until stopped.
@@ -523,6 +525,10 @@ pub struct Worker {
     forbidden_backoff: Backoff,
     /// How many daemon-reloads were asked for (tests and benchmarks read it).
     pub reloads: u64,
+    /// The probe runner's published results.
+    pub probes: crate::probe::runner::Handle,
+    /// What events were posted (dedup, aggregation, spam filter).
+    events: super::events::Correlator,
 }
 
 /// The static pods (/etc/pods.d, /run/pods.d) as the generator loads them, without parsing the
@@ -580,6 +586,7 @@ impl Worker {
         let spool = Spool::new(cfg.paths.spool());
         spool.init()?;
         let cfg_max_backoff = cfg.timing.max_backoff_seconds.max(1);
+        let events = super::events::Correlator::new(&cfg.node_name);
         Ok(Worker {
             client,
             cfg,
@@ -611,6 +618,8 @@ impl Worker {
                 Duration::from_secs(cfg_max_backoff),
             ),
             reloads: 0,
+            probes: Default::default(),
+            events,
         })
     }
 
@@ -671,6 +680,68 @@ impl Worker {
             Msg::Upsert(p) => self.upsert(*p),
             Msg::Deleted(p) => self.gone(&p),
             Msg::UnitsChanged(c) => self.units_changed(c),
+            Msg::Probe(n) => self.probe_note(n),
+        }
+    }
+
+    fn probe_note(&mut self, n: super::probes::Note) {
+        match n {
+            super::probes::Note::Changed(p) => {
+                self.status_due.pods.insert((p.namespace, p.name));
+            }
+            super::probes::Note::Event {
+                pod,
+                container,
+                type_,
+                reason,
+                message,
+            } => {
+                let Some(rec) = self.pods.get(&(pod.namespace, pod.name)) else {
+                    return;
+                };
+                let pod = rec.pod.get();
+                let obj = super::events::Involved::container(&pod, &container);
+                self.post_event(&obj, type_, &reason, &message);
+            }
+        }
+    }
+
+    /// Posts an event through the correlator (a repeat patches the first, a flood is dropped).
+    pub fn post_event(
+        &mut self,
+        obj: &super::events::Involved,
+        type_: &str,
+        reason: &str,
+        message: &str,
+    ) {
+        use super::events::Action;
+        let Some(action) = self.events.correlate(obj, type_, reason, message, now()) else {
+            return;
+        };
+        let r = match action {
+            Action::Create(ev) => {
+                let path =
+                    client::path::<k8s_openapi::api::core::v1::Event>(Some(&obj.namespace), None);
+                self.client
+                    .create::<_, serde_json::Value>(&path, &*ev)
+                    .map(|_| ())
+            }
+            Action::Patch {
+                namespace,
+                name,
+                patch,
+            } => {
+                let path = client::path::<k8s_openapi::api::core::v1::Event>(
+                    Some(&namespace),
+                    Some(&name),
+                );
+                self.client
+                    .merge_patch::<serde_json::Value>(&path, &patch)
+                    .map(|_| ())
+            }
+        };
+        if let Err(e) = r {
+            self.api_failed("posting an event", &e);
         }
     }
 
@@ -1368,6 +1439,29 @@ impl Worker {
         };
         let units = rec.units.clone();
         log(format!("{}/{}: deleting (grace {grace}s)", k.0, k.1));
+        let running: Vec<String> = rec
+            .posted
+            .as_ref()
+            .map(|p| p.get())
+            .iter()
+            .flat_map(|st| {
+                st.init_container_statuses
+                    .iter()
+                    .flatten()
+                    .chain(st.container_statuses.iter().flatten())
+            })
+            .filter(|cs| cs.state.as_ref().is_some_and(|s| s.running.is_some()))
+            .map(|cs| cs.name.clone())
+            .collect();
+        for c in running {
+            let obj = super::events::Involved::container(&pod, &c);
+            self.post_event(
+                &obj,
+                "Normal",
+                "Killing",
+                &super::events::message::killing(&c),
+            );
+        }
         // Stop now (the pod unit's stop propagates to its containers with their TimeoutStopSec),
         // then drop the manifest so the next reload forgets the units.
         if let Err(e) = self.units.stop(&units[..1], false) {
@@ -1661,8 +1755,23 @@ impl Worker {
                             continue;
                         }
                     };
-                    let obs = observe::observe(&pod, &props);
-                    podstatus::build(&pod, &obs, &addrs, posted.as_ref(), now())
+                    let mut obs = observe::observe(&pod, &props);
+                    {
+                        let results = self
+                            .probes
+                            .results
+                            .read()
+                            .unwrap_or_else(|e| e.into_inner());
+                        super::probes::overlay_observed(&pod, &mut obs, &results);
+                    }
+                    let st = podstatus::build(&pod, &obs, &addrs, posted.as_ref(), now());
+                    for (c, type_, reason, message) in
+                        super::events::lifecycle(&pod, posted.as_ref(), &st)
+                    {
+                        let obj = super::events::Involved::container(&pod, &c);
+                        self.post_event(&obj, type_, reason, &message);
+                    }
+                    st
                 }
             };
             if !self.post_status(&k, st) {
@@ -1852,6 +1961,8 @@ pub fn run(
 ) -> std::io::Result<()> {
     let mut worker = Worker::new(client.clone(), cfg.clone(), shared.clone(), units.clone())?;
     let (tx, rx) = mpsc::channel();
+    worker.probes =
+        crate::probe::runner::spawn(&cfg.paths, Box::new(super::probes::AgentSink(tx.clone())));
     let mut threads = Vec::new();
     {
         let (c, cfg, s) = (client.clone(), cfg.clone(), shared.clone());
