@@ -58,8 +58,10 @@ pub struct Target {
     pub no_new_privs: bool,
     /// Effective capabilities (hex mask from /proc).
     pub cap_eff: u64,
-    /// The cgroup v2 path (`/podunit.slice/.../x.service`).
-    pub cgroup: String,
+    /// Its cgroups: (directory of the hierarchy below /sys/fs/cgroup, path in it). One entry
+    /// (`""`) on a unified host; on a v1 or hybrid host one per hierarchy (`systemd`, `memory`,
+    /// `cpu,cpuacct`, `unified`).
+    pub cgroups: Vec<(String, String)>,
 }
 
 /// Parses `/proc/<pid>/status` and `/proc/<pid>/cgroup` (cgroup v2).
@@ -83,11 +85,23 @@ pub fn parse(pid: u32, status: &str, cgroup: &str) -> Result<Target, String> {
         .map(|g| g.parse().map_err(|_| format!("bad group {g:?}")))
         .collect::<Result<Vec<u32>, String>>()?;
     let cap_eff = u64::from_str_radix(field("CapEff")?, 16).map_err(|e| e.to_string())?;
-    let cgroup = cgroup
+    let cgroups: Vec<(String, String)> = cgroup
         .lines()
-        .find_map(|l| l.strip_prefix("0::"))
-        .ok_or("no cgroup v2 entry")?
-        .to_string();
+        .filter_map(|l| {
+            let mut it = l.splitn(3, ':');
+            let (_id, list, path) = (it.next()?, it.next()?, it.next()?);
+            let dir = match list {
+                "" => "",
+                "name=systemd" => "systemd",
+                l if l.starts_with("name=") => return None,
+                l => l,
+            };
+            Some((dir.to_string(), path.to_string()))
+        })
+        .collect();
+    if cgroups.is_empty() {
+        return Err("no cgroup".into());
+    }
     Ok(Target {
         pid,
         uid: first("Uid")?,
@@ -95,7 +109,7 @@ pub fn parse(pid: u32, status: &str, cgroup: &str) -> Result<Target, String> {
         groups,
         no_new_privs: field("NoNewPrivs").is_ok_and(|v| v == "1"),
         cap_eff,
-        cgroup,
+        cgroups,
     })
 }
 
@@ -187,9 +201,28 @@ pub fn enter(t: &Target) -> Result<bool, Error> {
     }
     let root = open(proc.join("root"))?;
     let cwd = open(proc.join("cwd")).ok();
-    // Joining the cgroup first: the command is counted and killed with the container.
-    let procs = PathBuf::from(format!("/sys/fs/cgroup{}/cgroup.procs", t.cgroup));
-    fs::write(&procs, "0").map_err(|e| Error::Read(procs, e))?;
+    // Joining the cgroups first: the command is counted and killed with the container.
+    let v2_dir = |d: &str| -> String {
+        // A hybrid host mounts the unified hierarchy at /sys/fs/cgroup/unified.
+        if d.is_empty() && Path::new("/sys/fs/cgroup/unified/cgroup.procs").exists() {
+            "/unified".into()
+        } else if d.is_empty() {
+            String::new()
+        } else {
+            format!("/{d}")
+        }
+    };
+    for (dir, path) in &t.cgroups {
+        let procs = PathBuf::from(format!("/sys/fs/cgroup{}{path}/cgroup.procs", v2_dir(dir)));
+        // The unified hierarchy (or systemd's, on v1) is the one that makes the command part
+        // of the unit; a v1 controller hierarchy may be read-only (in a container) and only
+        // adds accounting, so it is joined where it can be.
+        let required = dir.is_empty() || dir == "systemd";
+        match fs::write(&procs, "0") {
+            Err(e) if required && procs.exists() => return Err(Error::Read(procs, e)),
+            _ => {}
+        }
+    }
     let mut new_pid_ns = false;
     for (name, flag, f) in &joins {
         setns(f, *flag).map_err(|e| Error::Sys(name, e))?;
@@ -228,8 +261,17 @@ mod tests {
         let t = parse(7, STATUS, "0::/podunit.slice/x.service\n").unwrap();
         assert_eq!((t.uid, t.gid, t.groups.clone()), (1001, 2001, vec![5, 6]));
         assert!(t.no_new_privs);
-        assert_eq!(t.cgroup, "/podunit.slice/x.service");
-        assert!(parse(7, STATUS, "1:name=systemd:/\n").is_err());
+        assert_eq!(
+            t.cgroups,
+            [("".to_string(), "/podunit.slice/x.service".to_string())]
+        );
+        let v1 = parse(7, STATUS, "3:cpu,cpuacct:/a\n1:name=systemd:/b\n0::/b\n").unwrap();
+        assert_eq!(
+            v1.cgroups,
+            [("cpu,cpuacct", "/a"), ("systemd", "/b"), ("", "/b")]
+                .map(|(d, p)| (d.to_string(), p.to_string()))
+        );
+        assert!(parse(7, STATUS, "").is_err());
     }
 
     #[test]

@@ -28,6 +28,12 @@ static SEQ: AtomicU64 = AtomicU64::new(0);
 fn outcome(status: &str, output: String, argv: &[String]) -> Outcome {
     let status = status.trim();
     if let Some(code) = status.strip_prefix("exit ") {
+        if code == ENTER_FAILED.to_string()
+            && let Some(m) = output.strip_prefix(ENTER_FAILED_PREFIX)
+        {
+            // Not the command's failure: the kubelet throws such a run away.
+            return Outcome::Error(m.trim().to_string());
+        }
         return if code == "0" {
             Outcome::Success
         } else {
@@ -174,8 +180,10 @@ pub fn stage_one(unit: &str, timeout: Duration, argv: &[String]) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// Exit code of stage two when it could not enter the container (as `docker exec` uses 126).
+/// Exit code of stage two when it could not enter the container (as `docker exec` uses 126),
+/// with a message starting [`ENTER_FAILED_PREFIX`].
 pub const ENTER_FAILED: u8 = 126;
+const ENTER_FAILED_PREFIX: &str = "podunit: cannot enter the container: ";
 
 /// Stage two: enters the container of process `pid` and becomes `argv` (with the environment
 /// it was given, which is the container's).
