@@ -3,10 +3,10 @@
 //! PodStatus the agent posts.
 
 use super::agent::Msg;
-use super::podstatus::Observed;
 use crate::localsync::generator_output::PodKey;
 use crate::probe::results::{Results, overlay};
 use crate::probe::spec::pod_probes;
+use crate::status::api::Observed;
 use k8s_openapi::api::core::v1::Pod;
 use std::sync::mpsc::Sender;
 

@@ -10,8 +10,8 @@
 use super::results::{ContainerResult, RESULTS_FILE, Results};
 use super::spec::{ContainerProbes, Kind, Probe};
 use super::state::{Container, Millis, Outcome, Step};
-use crate::localsync::generator_output::{self, PodKey};
 use crate::common::paths::Paths;
+use crate::localsync::generator_output::{self as generated, PodKey};
 use crate::systemd::{Client, Event};
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
