@@ -132,7 +132,7 @@ fn report(line: &str) {
 pub fn stage_one(unit: &str, timeout: Duration, argv: &[String]) -> ExitCode {
     let r = (|| -> Result<String, String> {
         let client = crate::systemd::Client::system().map_err(|e| e.to_string())?;
-        let (pid, env, files) = client
+        let crate::systemd::ExecContext { pid, env, files } = client
             .service_exec_context(unit)
             .map_err(|e| e.to_string())?;
         if pid == 0 {

@@ -100,10 +100,8 @@ pub fn overlay_status(
     st.ready_containers = st.container_statuses.iter().filter(|c| c.ready).count();
     let all = st.total_containers > 0 && st.ready_containers == st.total_containers;
     for c in &mut st.conditions {
-        if c.kind == "Ready" || c.kind == "ContainersReady" {
-            if !all {
-                c.status = "False";
-            }
+        if (c.kind == "Ready" || c.kind == "ContainersReady") && !all {
+            c.status = "False";
         }
     }
 }

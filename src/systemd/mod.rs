@@ -70,6 +70,17 @@ pub enum Event {
     UnitChanged { unit: String },
 }
 
+/// What a process needs to run as a service's main process does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecContext {
+    /// `MainPID` (0: not running).
+    pub pid: u32,
+    /// `Environment`: `NAME=value` assignments.
+    pub env: Vec<String>,
+    /// `EnvironmentFiles`: (path, ignore if missing).
+    pub files: Vec<(String, bool)>,
+}
+
 /// A connection to the system manager.
 pub struct Client {
     conn: Connection,
@@ -246,10 +257,7 @@ impl Client {
 
     /// A service's `MainPID`, `Environment` and `EnvironmentFiles` (path, ignore-if-missing):
     /// what a process needs to run as the service's main process does.
-    pub fn service_exec_context(
-        &self,
-        unit: &str,
-    ) -> Result<(u32, Vec<String>, Vec<(String, bool)>), Error> {
+    pub fn service_exec_context(&self, unit: &str) -> Result<ExecContext, Error> {
         let s = self.get_all(unit, SERVICE_IFACE)?;
         let what = format!("GetAll {SERVICE_IFACE} {unit}");
         fn take<T: TryFrom<OwnedValue, Error = zbus::zvariant::Error> + Default>(
@@ -264,7 +272,7 @@ impl Client {
         let pid: u32 = ctx(what.clone(), take(&s, "MainPID"))?;
         let env: Vec<String> = ctx(what.clone(), take(&s, "Environment"))?;
         let files: Vec<(String, bool)> = ctx(what, take(&s, "EnvironmentFiles"))?;
-        Ok((pid, env, files))
+        Ok(ExecContext { pid, env, files })
     }
 
     /// `daemon-reload`. Returns once systemd has reloaded.
