@@ -10,6 +10,8 @@ pub mod common;
 pub mod escape;
 pub mod generate;
 pub mod manifest;
+// Probes: their spec is part of the plan; running them is podunit-sync's.
+pub mod probe;
 pub mod translate;
 
 // Runs at pod start, as root.

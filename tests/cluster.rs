@@ -1327,3 +1327,60 @@ fn a_pod_whose_image_is_not_on_the_node_waits_with_err_image_never_pull() {
         "spooled: nothing held back any more"
     );
 }
+
+#[test]
+fn container_events_are_posted_as_the_kubelet_posts_them() {
+    let env = start("events", Policy::default(), |c| c);
+    let created = env.create_pod("ev", simple("sleep 1000"));
+    let uid = created.metadata.uid.clone().unwrap();
+    env.wait_phase("ev", "Running");
+    let events = |reason: &str| -> Vec<Event> {
+        let list: k8s_openapi::List<Event> = env
+            .admin
+            .get(&client::path::<Event>(Some("default"), None))
+            .unwrap();
+        list.items
+            .into_iter()
+            .filter(|e| {
+                e.reason.as_deref() == Some(reason)
+                    && e.involved_object.name.as_deref() == Some("ev")
+            })
+            .collect()
+    };
+    for (reason, message) in [
+        ("Created", "Created container app"),
+        ("Started", "Started container app"),
+    ] {
+        let ev = wait_for(reason, || events(reason).into_iter().next());
+        assert_eq!(ev.message.as_deref(), Some(message));
+        assert_eq!(ev.type_.as_deref(), Some("Normal"));
+        assert_eq!(ev.count, Some(1));
+        let src = ev.source.unwrap();
+        assert_eq!(src.component.as_deref(), Some("kubelet"));
+        assert_eq!(src.host.as_deref(), Some(NODE));
+        assert_eq!(
+            ev.involved_object.field_path.as_deref(),
+            Some("spec.containers{app}")
+        );
+        assert_eq!(ev.involved_object.uid.as_deref(), Some(uid.as_str()));
+    }
+    env.units.set(&app_unit("ev"), |u| {
+        u.active_state = "activating".into();
+        u.sub_state = "auto-restart".into();
+        u.exec_main_code = 1;
+        u.exec_main_status = 1;
+        u.exec_main_exit_us = now_us();
+        u.n_restarts = 1;
+    });
+    let ev = wait_for("BackOff", || events("BackOff").into_iter().next());
+    assert_eq!(ev.type_.as_deref(), Some("Warning"));
+    assert_eq!(
+        ev.message.unwrap(),
+        format!("Back-off restarting failed container app in pod ev_default({uid})")
+    );
+    assert_eq!(
+        events("Created").len(),
+        1,
+        "one event per run, not per status post"
+    );
+}

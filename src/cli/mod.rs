@@ -9,6 +9,7 @@ pub mod completions;
 pub mod logs;
 pub mod pods;
 pub mod prepare;
+pub mod probe;
 pub mod status;
 pub mod sync;
 
@@ -50,6 +51,9 @@ pub enum Command {
     /// Remove a pod's runtime files (run by the pod's unit).
     #[command(hide = true)]
     PodCleanup(prepare::Args),
+    /// Run an exec probe's command inside a container (run by podunit-sync as a transient unit).
+    #[command(hide = true)]
+    ProbeExec(probe::Args),
     /// Print a shell completion script (the packages install them).
     #[command(hide = true)]
     Completions(completions::Args),
@@ -75,6 +79,7 @@ pub fn main() -> ExitCode {
         Command::PodCleanup(a) => prepare::cleanup(a),
         Command::Subpath(a) => prepare::subpath(a),
         Command::Status(a) => status::run(a),
+        Command::ProbeExec(a) => probe::run(a),
         Command::Logs(a) => logs::run(a),
         Command::Completions(a) => completions::run(a),
     }

@@ -59,6 +59,16 @@ pub fn pod_status(
     {
         knownpods::apply_waiting(&mut st, rec);
     }
+    if let Some(pod_unit) = &pod.pod_unit {
+        let gen_dir = paths.host(generated::GENERATOR_DIR);
+        let probes = crate::probe::results::plan_probes(&gen_dir, pod_unit);
+        if !probes.is_empty() {
+            let results = crate::probe::results::Results::load(
+                &paths.host(crate::probe::results::RESULTS_FILE),
+            );
+            crate::probe::results::overlay_status(&mut st, &probes, &results);
+        }
+    }
     Ok(st)
 }
 

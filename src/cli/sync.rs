@@ -144,8 +144,14 @@ pub fn main() -> ExitCode {
         crate::localsync::watch::spawn(syncer.opts.paths.clone(), tx.clone());
     }
     drop(tx);
-    if let Some(agent) = cluster {
-        agent.spawn();
+    match cluster {
+        Some(agent) => agent.spawn(),
+        None => {
+            crate::probe::runner::spawn(
+                &syncer.opts.paths,
+                Box::new(crate::probe::runner::JournalOnly),
+            );
+        }
     }
     let _ = notify(&format!("READY=1\nSTATUS={status}"));
     let code = match localsync::run(&mut syncer, rx) {

@@ -426,16 +426,17 @@ fn check_container(
     {
         c.err(&p.field("workingDir"), "must be an absolute path");
     }
-    for (field, set) in [
-        ("livenessProbe", ctr.liveness_probe.is_some()),
-        ("readinessProbe", ctr.readiness_probe.is_some()),
-        ("startupProbe", ctr.startup_probe.is_some()),
-    ] {
-        if set {
-            c.warn(
-                &p.field(field),
-                "probes are not run yet: the container counts as ready once it has started",
-            );
+    for (kind, pr) in
+        crate::probe::spec::check(ctr, init && ctr.restart_policy.as_deref() != Some("Always"))
+    {
+        let mut path = p.field(kind.field());
+        for part in pr.path.split('.').filter(|s| !s.is_empty()) {
+            path = path.field(part);
+        }
+        if pr.error {
+            c.err(&path, pr.message);
+        } else {
+            c.warn(&path, pr.message);
         }
     }
     if ctr.stdin == Some(true) || ctr.tty == Some(true) {

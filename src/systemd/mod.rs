@@ -70,6 +70,17 @@ pub enum Event {
     UnitChanged { unit: String },
 }
 
+/// What a process needs to run as a service's main process does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecContext {
+    /// `MainPID` (0: not running).
+    pub pid: u32,
+    /// `Environment`: `NAME=value` assignments.
+    pub env: Vec<String>,
+    /// `EnvironmentFiles`: (path, ignore if missing).
+    pub files: Vec<(String, bool)>,
+}
+
 /// A connection to the system manager.
 pub struct Client {
     conn: Connection,
@@ -181,11 +192,12 @@ impl Client {
 
     /// `KillUnit(unit, "all", signal)`: every process of the unit.
     pub fn kill(&self, unit: &str, signal: i32) -> Result<(), Error> {
-        self.manager(
-            format!("KillUnit {unit}"),
-            "KillUnit",
-            &(unit, "all", signal),
-        )
+        self.kill_who(unit, "all", signal)
+    }
+
+    /// `KillUnit(unit, who, signal)`: `who` is `main`, `control` or `all`.
+    pub fn kill_who(&self, unit: &str, who: &str, signal: i32) -> Result<(), Error> {
+        self.manager(format!("KillUnit {unit}"), "KillUnit", &(unit, who, signal))
     }
 
     /// Runs `argv` once as a transient oneshot unit `name`, in the service manager's context (not
@@ -211,6 +223,56 @@ impl Client {
             &(name, MODE, props, aux),
         )?;
         Ok(())
+    }
+
+    /// Like [`Client::run_transient`], with the process's stdin, stdout and stderr handed over
+    /// (the unit takes copies: the caller closes its own ends).
+    pub fn run_transient_with_stdio(
+        &self,
+        name: &str,
+        description: &str,
+        argv: &[String],
+        stdio: [std::os::fd::BorrowedFd<'_>; 3],
+    ) -> Result<(), Error> {
+        use zbus::zvariant::{Fd, Value};
+        let exec = vec![(argv[0].clone(), argv.to_vec(), false)];
+        let [i, o, e] = stdio;
+        let props: Vec<(&str, Value<'_>)> = vec![
+            ("Description", Value::from(description)),
+            ("Type", Value::from("oneshot")),
+            ("CollectMode", Value::from("inactive-or-failed")),
+            ("ExecStart", Value::from(exec)),
+            ("StandardInputFileDescriptor", Value::Fd(Fd::from(i))),
+            ("StandardOutputFileDescriptor", Value::Fd(Fd::from(o))),
+            ("StandardErrorFileDescriptor", Value::Fd(Fd::from(e))),
+        ];
+        let aux: Vec<(&str, Vec<(&str, Value<'_>)>)> = Vec::new();
+        let _job: OwnedObjectPath = self.manager(
+            format!("StartTransientUnit {name}"),
+            "StartTransientUnit",
+            &(name, MODE, props, aux),
+        )?;
+        Ok(())
+    }
+
+    /// A service's `MainPID`, `Environment` and `EnvironmentFiles` (path, ignore-if-missing):
+    /// what a process needs to run as the service's main process does.
+    pub fn service_exec_context(&self, unit: &str) -> Result<ExecContext, Error> {
+        let s = self.get_all(unit, SERVICE_IFACE)?;
+        let what = format!("GetAll {SERVICE_IFACE} {unit}");
+        fn take<T: TryFrom<OwnedValue, Error = zbus::zvariant::Error> + Default>(
+            s: &HashMap<String, OwnedValue>,
+            k: &str,
+        ) -> zbus::Result<T> {
+            match s.get(k) {
+                None => Ok(T::default()),
+                Some(v) => Ok(T::try_from(v.try_clone()?)?),
+            }
+        }
+        let pid: u32 = ctx(what.clone(), take(&s, "MainPID"))?;
+        let env: Vec<String> = ctx(what.clone(), take(&s, "Environment"))?;
+        let files: Vec<(String, bool)> = ctx(what, take(&s, "EnvironmentFiles"))?;
+        Ok(ExecContext { pid, env, files })
     }
 
     /// `daemon-reload`. Returns once systemd has reloaded.

@@ -238,6 +238,11 @@ fn one(
                     _ => "always",
                 },
             );
+            if pod_policy == "OnFailure" {
+                // Killed by any signal, a container has exit code 128+n, a failure to the
+                // kubelet (a liveness kill included); systemd counts these four as clean.
+                svc.trusted("RestartForceExitStatus", "SIGHUP SIGINT SIGTERM SIGPIPE");
+            }
         }
     }
     svc.trusted("RestartSec", BACKOFF_INITIAL);

@@ -179,8 +179,12 @@ pub fn translate(
         env_files: Vec::new(),
         users: Vec::new(),
         groups: Vec::new(),
+        probes: Vec::new(),
     };
     (plan.users, plan.groups) = ids(pod);
+    if let Some(spec) = &pod.spec {
+        plan.probes = crate::probe::spec::pod_probes(spec);
+    }
 
     let mut outputs = Vec::new();
     let ctx = container::PodContext {

@@ -33,6 +33,9 @@ pub struct PodPlan {
     pub users: Vec<(u32, u32)>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub groups: Vec<u32>,
+    /// The containers' probes, which podunit-sync runs (`src/probe`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub probes: Vec<crate::probe::spec::ContainerProbes>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -51,4 +51,65 @@ impl Worker {
             Err(e) => self.api_failed("posting an event", &e),
         }
     }
+
+    pub(super) fn probe_note(&mut self, n: crate::kube::probes::Note) {
+        match n {
+            crate::kube::probes::Note::Changed(p) => {
+                self.status_due.pods.insert((p.namespace, p.name));
+            }
+            crate::kube::probes::Note::Event {
+                pod,
+                container,
+                type_,
+                reason,
+                message,
+            } => {
+                let Some(rec) = self.pods.get(&(pod.namespace, pod.name)) else {
+                    return;
+                };
+                let pod = rec.pod.get();
+                let obj = crate::kube::events::Involved::container(&pod, &container);
+                self.post_event(&obj, type_, &reason, &message);
+            }
+        }
+    }
+
+    /// Posts an event through the correlator (a repeat patches the first, a flood is dropped).
+    pub fn post_event(
+        &mut self,
+        obj: &crate::kube::events::Involved,
+        type_: &str,
+        reason: &str,
+        message: &str,
+    ) {
+        use crate::kube::events::Action;
+        let Some(action) = self.events.correlate(obj, type_, reason, message, now()) else {
+            return;
+        };
+        let r = match action {
+            Action::Create(ev) => {
+                let path =
+                    client::path::<k8s_openapi::api::core::v1::Event>(Some(&obj.namespace), None);
+                self.client
+                    .create::<_, serde_json::Value>(&path, &*ev)
+                    .map(|_| ())
+            }
+            Action::Patch {
+                namespace,
+                name,
+                patch,
+            } => {
+                let path = client::path::<k8s_openapi::api::core::v1::Event>(
+                    Some(&namespace),
+                    Some(&name),
+                );
+                self.client
+                    .merge_patch::<serde_json::Value>(&path, &patch)
+                    .map(|_| ())
+            }
+        };
+        if let Err(e) = r {
+            self.api_failed("posting an event", &e);
+        }
+    }
 }

@@ -50,6 +50,10 @@ pub fn run(
 ) -> std::io::Result<()> {
     let mut worker = Worker::new(client.clone(), cfg.clone(), shared.clone(), units.clone())?;
     let (tx, rx) = mpsc::channel();
+    worker.probes = crate::probe::runner::spawn(
+        &cfg.paths,
+        Box::new(crate::kube::probes::AgentSink(tx.clone())),
+    );
     let mut threads = Vec::new();
     {
         let (c, cfg, s) = (client.clone(), cfg.clone(), shared.clone());

@@ -193,8 +193,23 @@ impl Worker {
                             continue;
                         }
                     };
-                    let obs = observe::observe(&pod, &props);
-                    api::build(&pod, &obs, &addrs, posted.as_ref(), now())
+                    let mut obs = observe::observe(&pod, &props);
+                    {
+                        let results = self
+                            .probes
+                            .results
+                            .read()
+                            .unwrap_or_else(|e| e.into_inner());
+                        crate::kube::probes::overlay_observed(&pod, &mut obs, &results);
+                    }
+                    let st = api::build(&pod, &obs, &addrs, posted.as_ref(), now());
+                    for (c, type_, reason, message) in
+                        crate::kube::events::lifecycle(&pod, posted.as_ref(), &st)
+                    {
+                        let obj = crate::kube::events::Involved::container(&pod, &c);
+                        self.post_event(&obj, type_, reason, &message);
+                    }
+                    st
                 }
             };
             if !self.post_status(&k, st) {

@@ -33,6 +33,29 @@ impl Worker {
         };
         let units = rec.units.clone();
         log(format!("{}/{}: deleting (grace {grace}s)", k.0, k.1));
+        let running: Vec<String> = rec
+            .posted
+            .as_ref()
+            .map(|p| p.get())
+            .iter()
+            .flat_map(|st| {
+                st.init_container_statuses
+                    .iter()
+                    .flatten()
+                    .chain(st.container_statuses.iter().flatten())
+            })
+            .filter(|cs| cs.state.as_ref().is_some_and(|s| s.running.is_some()))
+            .map(|cs| cs.name.clone())
+            .collect();
+        for c in running {
+            let obj = crate::kube::events::Involved::container(&pod, &c);
+            self.post_event(
+                &obj,
+                "Normal",
+                "Killing",
+                &crate::kube::events::message::killing(&c),
+            );
+        }
         // Stop now (the pod unit's stop propagates to its containers with their TimeoutStopSec),
         // then drop the manifest so the next reload forgets the units.
         if let Err(e) = self.units.stop(&units[..1], false) {

@@ -21,6 +21,8 @@ pub enum Msg {
     Deleted(Box<Pod>),
     /// systemd reported unit changes.
     UnitsChanged(Changes),
+    /// The probe runner: an event to post, or a pod whose readiness changed.
+    Probe(crate::kube::probes::Note),
 }
 
 /// Lists and watches this node's pods until stopped.

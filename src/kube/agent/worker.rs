@@ -57,6 +57,10 @@ pub struct Worker {
     pub(super) forbidden_backoff: Backoff,
     /// How many daemon-reloads were asked for (tests and benchmarks read it).
     pub reloads: u64,
+    /// The probe runner's published results.
+    pub probes: crate::probe::runner::Handle,
+    /// What events were posted (dedup, aggregation, spam filter).
+    pub(super) events: crate::kube::events::Correlator,
 }
 
 impl Worker {
@@ -70,6 +74,7 @@ impl Worker {
         spool.init()?;
         crate::kube::waitrecord::release_all(&cfg.paths);
         let cfg_max_backoff = cfg.timing.max_backoff_seconds.max(1);
+        let events = crate::kube::events::Correlator::new(&cfg.node_name);
         Ok(Worker {
             client,
             cfg,
@@ -101,6 +106,8 @@ impl Worker {
                 Duration::from_secs(cfg_max_backoff),
             ),
             reloads: 0,
+            probes: Default::default(),
+            events,
         })
     }
 
@@ -161,6 +168,7 @@ impl Worker {
             Msg::Upsert(p) => self.upsert(*p),
             Msg::Deleted(p) => self.gone(&p),
             Msg::UnitsChanged(c) => self.units_changed(c),
+            Msg::Probe(n) => self.probe_note(n),
         }
     }
 

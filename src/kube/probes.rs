@@ -1,0 +1,74 @@
+//! Probes in cluster mode: the runner's findings reach the node agent as messages (events to
+//! post, pods whose status to post again), and its results decide `ready`/`started` in the
+//! PodStatus the agent posts.
+
+use super::agent::Msg;
+use crate::localsync::generator_output::PodKey;
+use crate::probe::results::{Results, overlay};
+use crate::probe::spec::pod_probes;
+use crate::status::api::Observed;
+use k8s_openapi::api::core::v1::Pod;
+use std::sync::mpsc::Sender;
+
+/// What the probe runner tells the agent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Note {
+    Event {
+        pod: PodKey,
+        container: String,
+        type_: &'static str,
+        reason: String,
+        message: String,
+    },
+    Changed(PodKey),
+}
+
+/// The runner's sink in cluster mode: the agent's own channel.
+pub struct AgentSink(pub Sender<Msg>);
+
+impl crate::probe::runner::Sink for AgentSink {
+    fn event(
+        &self,
+        pod: &PodKey,
+        container: &str,
+        type_: &'static str,
+        reason: &str,
+        message: &str,
+    ) {
+        let _ = self.0.send(Msg::Probe(Note::Event {
+            pod: pod.clone(),
+            container: container.to_string(),
+            type_,
+            reason: reason.to_string(),
+            message: message.to_string(),
+        }));
+    }
+
+    fn changed(&self, pod: &PodKey) {
+        let _ = self.0.send(Msg::Probe(Note::Changed(pod.clone())));
+    }
+}
+
+/// Applies the probe results to an observed pod (its spec says which containers have probes).
+pub fn overlay_observed(pod: &Pod, obs: &mut Observed, results: &Results) {
+    let Some(spec) = &pod.spec else {
+        return;
+    };
+    let probes = pod_probes(spec);
+    if probes.is_empty() {
+        return;
+    }
+    for c in obs
+        .containers
+        .iter_mut()
+        .chain(obs.init_containers.iter_mut())
+    {
+        overlay(
+            probes.iter().find(|p| p.container == c.name),
+            results.containers.get(&c.unit),
+            &c.state,
+            &mut c.started,
+            &mut c.ready,
+        );
+    }
+}

@@ -1,0 +1,341 @@
+//! Running one probe: the kubelet's probers (`pkg/probe/{tcp,http,exec}`), with their messages,
+//! so that events read as a kubelet's do. Network probes run in podunit-sync itself (pods share
+//! the host's network); exec probes run inside the container through [`super::exec`].
+
+use super::spec::Handler;
+use super::state::Outcome;
+use std::io::Read;
+use std::net::{TcpStream, ToSocketAddrs};
+use std::time::Duration;
+
+/// The most of a response body or command output the kubelet keeps (`maxReadLength`).
+pub const MAX_OUTPUT: usize = 10 * 1024;
+/// Redirects followed to the same host before giving up (Go's client stops after 10).
+const MAX_REDIRECTS: usize = 10;
+/// The kubelet's `User-Agent`: `kube-probe/<major>.<minor>` of the Kubernetes version served.
+pub const USER_AGENT: &str = "kube-probe/1.33";
+
+/// Where a probe runs and what it may use.
+pub struct Context<'a> {
+    /// The pod's IP: the address probes with an empty `host` connect to.
+    pub pod_ip: &'a str,
+    pub timeout: Duration,
+    /// Runs an exec probe's command in the container.
+    pub exec: &'a dyn Fn(&[String], Duration) -> Outcome,
+}
+
+/// Runs `handler` once.
+pub fn run(handler: &Handler, cx: &Context<'_>) -> Outcome {
+    if let Handler::HttpGet { port: 0, .. } | Handler::TcpSocket { port: 0, .. } = handler {
+        return Outcome::Error(
+            "couldn't find port: no container port has the probe's port name".into(),
+        );
+    }
+    match handler {
+        Handler::Exec { command } => (cx.exec)(command, cx.timeout),
+        Handler::TcpSocket { host, port } => tcp(host_or(host, cx.pod_ip), *port, cx.timeout),
+        Handler::HttpGet {
+            https,
+            host,
+            port,
+            path,
+            headers,
+        } => http(
+            *https,
+            host_or(host, cx.pod_ip),
+            *port,
+            path,
+            headers,
+            cx.timeout,
+        ),
+        Handler::Grpc { .. } => Outcome::Error("grpc probes are not run yet".into()),
+    }
+}
+
+fn host_or<'a>(host: &'a str, pod_ip: &'a str) -> &'a str {
+    if host.is_empty() { pod_ip } else { host }
+}
+
+/// `host:port`, with brackets for IPv6 (Go's `net.JoinHostPort`).
+pub fn join_host_port(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+/// An OS error as Go prints it: `connection refused`, not `Connection refused (os error 111)`.
+pub fn go_error(e: &std::io::Error) -> String {
+    if e.kind() == std::io::ErrorKind::TimedOut || e.kind() == std::io::ErrorKind::WouldBlock {
+        return "i/o timeout".into();
+    }
+    let s = e.to_string();
+    let s = match s.find(" (os error") {
+        Some(i) => &s[..i],
+        None => &s,
+    };
+    let mut c = s.chars();
+    match c.next() {
+        Some(f) => f.to_lowercase().chain(c).collect(),
+        None => String::new(),
+    }
+}
+
+/// Connects to the first address `host:port` resolves to.
+pub fn connect(host: &str, port: u16, timeout: Duration) -> Result<TcpStream, String> {
+    let addr = join_host_port(host, port);
+    let sa = addr
+        .to_socket_addrs()
+        .map_err(|e| format!("dial tcp: lookup {host}: {}", go_error(&e)))?
+        .next()
+        .ok_or_else(|| format!("dial tcp: lookup {host}: no such host"))?;
+    TcpStream::connect_timeout(&sa, timeout.max(Duration::from_millis(1)))
+        .map_err(|e| format!("dial tcp {addr}: connect: {}", go_error(&e)))
+}
+
+/// `tcpSocket`: success when the connection opens (`pkg/probe/tcp`).
+pub fn tcp(host: &str, port: u16, timeout: Duration) -> Outcome {
+    match connect(host, port, timeout) {
+        Ok(_) => Outcome::Success,
+        Err(m) => Outcome::Failure(m),
+    }
+}
+
+/// The URL the kubelet requests (`formatURL`): `path` may carry a query.
+pub fn url(https: bool, host: &str, port: u16, path: &str) -> String {
+    let scheme = if https { "https" } else { "http" };
+    let path = if path.starts_with('/') {
+        path.to_string()
+    } else {
+        format!("/{path}")
+    };
+    format!("{scheme}://{}{path}", join_host_port(host, port))
+}
+
+fn agent(timeout: Duration) -> ureq::Agent {
+    use std::sync::Arc;
+    use ureq::tls::TlsConfig;
+    // The kubelet does not verify a probe's certificate (InsecureSkipVerify).
+    let tls = TlsConfig::builder()
+        .disable_verification(true)
+        .unversioned_rustls_crypto_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .build();
+    ureq::Agent::config_builder()
+        .tls_config(tls)
+        .http_status_as_error(false)
+        .max_redirects(0)
+        .user_agent(USER_AGENT)
+        .timeout_global(Some(timeout.max(Duration::from_millis(1))))
+        .max_idle_connections(0)
+        .input_buffer_size(16 * 1024)
+        .output_buffer_size(4 * 1024)
+        .max_response_header_size(16 * 1024)
+        .build()
+        .into()
+}
+
+fn host_of(url: &str) -> Option<String> {
+    let rest = url.split_once("://")?.1;
+    let authority = rest.split(['/', '?', '#']).next()?;
+    let host = match authority.rsplit_once(':') {
+        Some((h, p)) if p.bytes().all(|b| b.is_ascii_digit()) => h,
+        _ => authority,
+    };
+    Some(
+        host.trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_ascii_lowercase(),
+    )
+}
+
+/// `httpGet` (`pkg/probe/http`): 200 <= code < 400 succeeds; redirects are followed to the same
+/// host only, a redirect elsewhere ends the probe with a warning (and success).
+pub fn http(
+    https: bool,
+    host: &str,
+    port: u16,
+    path: &str,
+    headers: &[(String, String)],
+    timeout: Duration,
+) -> Outcome {
+    let agent = agent(timeout);
+    let first = url(https, host, port, path);
+    let first_host = host_of(&first);
+    let mut target = first.clone();
+    for _ in 0..=MAX_REDIRECTS {
+        let mut req = agent.get(&target).header("Accept", "*/*");
+        for (k, v) in headers {
+            req = req.header(k.as_str(), v.as_str());
+        }
+        let mut resp = match req.call() {
+            Ok(r) => r,
+            Err(e) => return Outcome::Failure(format!("Get {first:?}: {}", ureq_error(&e))),
+        };
+        let code = resp.status().as_u16();
+        let location = resp
+            .headers()
+            .get("location")
+            .and_then(|l| l.to_str().ok())
+            .map(str::to_string);
+        if (300..400).contains(&code)
+            && let Some(loc) = location
+        {
+            let next = resolve(&target, &loc);
+            if host_of(&next) == first_host {
+                target = next;
+                continue;
+            }
+        }
+        let mut body = Vec::new();
+        let _ = resp
+            .body_mut()
+            .as_reader()
+            .take(MAX_OUTPUT as u64)
+            .read_to_end(&mut body);
+        let body = String::from_utf8_lossy(&body).into_owned();
+        return if (200..300).contains(&code) {
+            Outcome::Success
+        } else if (300..400).contains(&code) {
+            Outcome::Warning(format!("Probe terminated redirects, Response body: {body}"))
+        } else {
+            Outcome::Failure(format!("HTTP probe failed with statuscode: {code}"))
+        };
+    }
+    Outcome::Failure(format!(
+        "Get {first:?}: stopped after {MAX_REDIRECTS} redirects"
+    ))
+}
+
+/// A `Location` against the URL it came from: absolute, host-relative or path-relative.
+fn resolve(base: &str, loc: &str) -> String {
+    if loc.contains("://") {
+        return loc.to_string();
+    }
+    let (scheme, rest) = base.split_once("://").unwrap_or(("http", base));
+    let authority = rest.split('/').next().unwrap_or(rest);
+    if let Some(p) = loc.strip_prefix("//") {
+        return format!("{scheme}://{p}");
+    }
+    if loc.starts_with('/') {
+        return format!("{scheme}://{authority}{loc}");
+    }
+    let path = rest[authority.len()..]
+        .split(['?', '#'])
+        .next()
+        .unwrap_or("/");
+    let dir = path.rsplit_once('/').map_or("", |d| d.0);
+    format!("{scheme}://{authority}{dir}/{loc}")
+}
+
+fn ureq_error(e: &ureq::Error) -> String {
+    match e {
+        ureq::Error::Io(io) => go_error(io),
+        ureq::Error::Timeout(_) => {
+            "context deadline exceeded (Client.Timeout exceeded while awaiting headers)".into()
+        }
+        ureq::Error::ConnectionFailed => "connect: connection refused".into(),
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::net::TcpListener;
+
+    /// A one-connection-per-response HTTP server on loopback: the real client against real sockets.
+    fn serve(responses: Vec<String>) -> u16 {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            for r in responses {
+                let (mut s, _) = l.accept().unwrap();
+                let mut buf = [0u8; 4096];
+                let mut got = Vec::new();
+                while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                    let n = s.read(&mut buf).unwrap();
+                    if n == 0 {
+                        break;
+                    }
+                    got.extend_from_slice(&buf[..n]);
+                }
+                let req = String::from_utf8_lossy(&got).to_lowercase();
+                assert!(req.contains("user-agent: kube-probe/"), "{req}");
+                s.write_all(r.as_bytes()).unwrap();
+            }
+        });
+        port
+    }
+
+    fn resp(code: u16, extra: &str) -> String {
+        format!("HTTP/1.1 {code} X\r\ncontent-length: 2\r\nconnection: close\r\n{extra}\r\nok")
+    }
+
+    const T: Duration = Duration::from_secs(5);
+
+    #[test]
+    fn http_status_rules() {
+        for (code, ok) in [
+            (200, true),
+            (204, true),
+            (399, false),
+            (400, false),
+            (500, false),
+        ] {
+            let port = serve(vec![resp(code, "")]);
+            let o = http(false, "127.0.0.1", port, "/healthz", &[], T);
+            match (code, o) {
+                (200 | 204, Outcome::Success) => assert!(ok),
+                (399, Outcome::Warning(m)) => assert!(m.starts_with("Probe terminated redirects")),
+                (c, Outcome::Failure(m)) => {
+                    assert_eq!(m, format!("HTTP probe failed with statuscode: {c}"))
+                }
+                (c, o) => panic!("{c}: {o:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn http_redirects_same_host_only() {
+        let port = serve(vec![resp(302, "location: /ok\r\n"), resp(200, "")]);
+        assert_eq!(
+            http(false, "127.0.0.1", port, "/", &[], T),
+            Outcome::Success
+        );
+        let port = serve(vec![resp(301, "location: http://example.invalid/\r\n")]);
+        assert!(matches!(
+            http(false, "127.0.0.1", port, "/", &[], T),
+            Outcome::Warning(_)
+        ));
+    }
+
+    #[test]
+    fn tcp_and_refused_messages() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        assert_eq!(tcp("127.0.0.1", port, T), Outcome::Success);
+        drop(l);
+        assert_eq!(
+            tcp("127.0.0.1", port, T),
+            Outcome::Failure(format!(
+                "dial tcp 127.0.0.1:{port}: connect: connection refused"
+            ))
+        );
+        match http(false, "127.0.0.1", port, "/", &[], T) {
+            Outcome::Failure(m) => {
+                assert!(m.starts_with(&format!("Get \"http://127.0.0.1:{port}/\": ")))
+            }
+            o => panic!("{o:?}"),
+        }
+    }
+
+    #[test]
+    fn urls_and_redirect_targets() {
+        assert_eq!(url(true, "::1", 443, "x?a=1"), "https://[::1]:443/x?a=1");
+        assert_eq!(resolve("http://h:1/a/b", "c"), "http://h:1/a/c");
+        assert_eq!(resolve("http://h:1/a/b", "/c"), "http://h:1/c");
+        assert_eq!(host_of("http://[::1]:8/x").as_deref(), Some("::1"));
+    }
+}

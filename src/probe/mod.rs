@@ -1,0 +1,20 @@
+//! Startup, readiness and liveness probes with the kubelet's semantics.
+//!
+//! - [`spec`]: the probes of a container as the plan carries them (pure, in the generator too);
+//! - [`state`]: the kubelet's probe worker as a pure state machine;
+//! - [`results`]: what is published (`ready`, `started`) and how status reads it;
+//! - [`check`], [`exec`], [`enter`], [`runner`]: running probes, in podunit-sync.
+
+pub mod spec;
+pub mod state;
+
+#[cfg(feature = "cli")]
+pub mod check;
+#[cfg(feature = "cli")]
+pub mod enter;
+#[cfg(feature = "cli")]
+pub mod exec;
+#[cfg(feature = "cli")]
+pub mod results;
+#[cfg(feature = "cli")]
+pub mod runner;

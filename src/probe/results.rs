@@ -1,0 +1,180 @@
+//! Probe results as the rest of podunit reads them. podunit-sync owns the probes; `podunit status`
+//! is another process, so podunit-sync keeps `/run/podunit/probes.json` (root only, replaced
+//! atomically whenever a published result changes), and status overlays it on what the units say.
+//!
+//! A result belongs to one run of a container (its `ExecMainStartTimestamp`): a result from an
+//! earlier run, or none at all, counts as the kubelet's initial value (not ready, not started).
+
+use super::spec::ContainerProbes;
+use crate::status::container::State;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// Where podunit-sync keeps the results (below `PODUNIT_ROOT`).
+pub const RESULTS_FILE: &str = "/run/podunit/probes.json";
+
+/// One container's published results.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContainerResult {
+    /// The run these results are about: µs since the epoch when its main process started.
+    pub run_started_us: u64,
+    pub started: bool,
+    pub ready: bool,
+}
+
+/// Every probed container's results, by container unit.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Results {
+    pub containers: BTreeMap<String, ContainerResult>,
+}
+
+impl Results {
+    pub fn load(path: &Path) -> Results {
+        std::fs::read(path)
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default()
+    }
+
+    pub fn save(&self, path: &Path) -> Result<(), crate::localsync::statefile::Error> {
+        let bytes = serde_json::to_vec(self).expect("plain data");
+        crate::localsync::statefile::write_atomic(path, &bytes)
+    }
+}
+
+/// `started` and `ready` of a container that has `probes` and whose unit's state is `state`,
+/// given podunit-sync's `result` (None: not known). A container without probes keeps what its
+/// unit says.
+pub fn overlay(
+    probes: Option<&ContainerProbes>,
+    result: Option<&ContainerResult>,
+    state: &State,
+    started: &mut bool,
+    ready: &mut bool,
+) {
+    let Some(p) = probes else {
+        return;
+    };
+    let State::Running { started_at } = state else {
+        return;
+    };
+    let current = result.filter(|r| r.run_started_us == *started_at && *started_at != 0);
+    let probed_started = match (&p.startup, current) {
+        (None, _) => true,
+        (Some(_), Some(r)) => r.started,
+        (Some(_), None) => false,
+    };
+    let probed_ready = probed_started
+        && match (&p.readiness, current) {
+            (None, _) => true,
+            (Some(_), Some(r)) => r.ready,
+            (Some(_), None) => false,
+        };
+    *started &= probed_started;
+    *ready &= probed_ready;
+}
+
+/// Applies the results to `podunit status`'s view of a pod: containers' `ready`/`started`, the
+/// READY count and the Ready/ContainersReady conditions.
+pub fn overlay_status(
+    st: &mut crate::status::pod::PodStatus,
+    probes: &[ContainerProbes],
+    results: &Results,
+) {
+    let find = |name: &str| probes.iter().find(|p| p.container == name);
+    for c in st
+        .container_statuses
+        .iter_mut()
+        .chain(st.init_container_statuses.iter_mut())
+    {
+        overlay(
+            find(&c.name),
+            results.containers.get(&c.unit),
+            &c.state,
+            &mut c.started,
+            &mut c.ready,
+        );
+    }
+    st.ready_containers = st.container_statuses.iter().filter(|c| c.ready).count();
+    let all = st.total_containers > 0 && st.ready_containers == st.total_containers;
+    for c in &mut st.conditions {
+        if (c.kind == "Ready" || c.kind == "ContainersReady") && !all {
+            c.status = "False";
+        }
+    }
+}
+
+/// The probes of a pod as its plan lists them (the generator wrote it next to the units).
+pub fn plan_probes(generator_dir: &Path, pod_unit: &str) -> Vec<ContainerProbes> {
+    let path = generator_dir
+        .join(crate::translate::plan::PLAN_DIR)
+        .join(crate::translate::plan::PodPlan::file_name(pod_unit));
+    std::fs::read(path)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<crate::translate::plan::PodPlan>(&b).ok())
+        .map(|p| p.probes)
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::probe::spec::{Handler, Probe};
+
+    fn probes(startup: bool, readiness: bool) -> ContainerProbes {
+        let p = Probe {
+            handler: Handler::Exec {
+                command: vec!["true".into()],
+            },
+            initial_delay_seconds: 0,
+            period_seconds: 10,
+            timeout_seconds: 1,
+            success_threshold: 1,
+            failure_threshold: 3,
+            termination_grace_period_seconds: None,
+        };
+        ContainerProbes {
+            container: "c".into(),
+            startup: startup.then(|| p.clone()),
+            readiness: readiness.then(|| p.clone()),
+            liveness: None,
+        }
+    }
+
+    fn run(started_at: u64) -> State {
+        State::Running { started_at }
+    }
+
+    fn apply(p: Option<&ContainerProbes>, r: Option<&ContainerResult>, s: &State) -> (bool, bool) {
+        let (mut started, mut ready) = (true, true);
+        overlay(p, r, s, &mut started, &mut ready);
+        (started, ready)
+    }
+
+    #[test]
+    fn results_count_for_their_own_run_only() {
+        let p = probes(false, true);
+        let r = ContainerResult {
+            run_started_us: 5,
+            started: true,
+            ready: true,
+        };
+        assert_eq!(apply(Some(&p), Some(&r), &run(5)), (true, true));
+        assert_eq!(apply(Some(&p), Some(&r), &run(6)), (true, false), "stale");
+        assert_eq!(apply(Some(&p), None, &run(5)), (true, false), "unknown");
+        assert_eq!(apply(None, None, &run(5)), (true, true), "no probes");
+        let not_ready = ContainerResult {
+            ready: false,
+            ..r.clone()
+        };
+        assert_eq!(apply(Some(&p), Some(&not_ready), &run(5)), (true, false));
+        let s = probes(true, false);
+        let unstarted = ContainerResult {
+            started: false,
+            ..r
+        };
+        assert_eq!(apply(Some(&s), Some(&unstarted), &run(5)), (false, false));
+    }
+}

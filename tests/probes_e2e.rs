@@ -1,0 +1,246 @@
+//! Probes on a real systemd (tests/support/nspawn.rs): readiness drives READY, a failing liveness
+//! probe restarts only its container, exec probes run as the container's user in its mount
+//! namespace, httpGet and tcpSocket reach a server in the pod. Needs root and systemd-nspawn;
+//! fails (never skips) without them.
+
+mod support;
+
+use support::nspawn::Machine;
+use support::pods::{SOON, ctr_unit, wait_state};
+
+const NS: &str = "default";
+
+const SYNC_STAND_IN: &str = "[Unit]\nDescription=podunit-sync (test stand-in)\nAfter=dbus.service\n\
+[Service]\nType=notify\nExecStart=/usr/bin/podunit-sync\nRestart=always\nRestartSec=1\n";
+
+fn start_sync(m: &Machine) {
+    if m.read("/usr/lib/systemd/system/podunit-sync.service")
+        .is_none()
+    {
+        m.write(
+            "/etc/systemd/system/podunit-sync.service",
+            SYNC_STAND_IN.as_bytes(),
+        );
+        m.daemon_reload();
+    }
+    m.sh_ok("systemctl restart podunit-sync.service");
+    wait_state(m, "podunit-sync.service", &["active"]);
+}
+
+/// An HTTP server in perl (the test rootfs has no python): `/healthz` answers 200 while
+/// /data/ready exists, 503 otherwise; every request line is appended to /data/requests.
+const SERVER: &str = r#"use IO::Socket::INET;
+my $s = IO::Socket::INET->new(LocalAddr => "0.0.0.0", LocalPort => 18080, Listen => 16, ReuseAddr => 1) or die "listen: $!";
+while (my $c = $s->accept) {
+  my $req = <$c>;
+  next unless defined $req;
+  while (my $l = <$c>) { last if $l =~ /^\r?\n$/ }
+  open(my $f, ">>", "/data/requests"); print $f $req; close $f;
+  my $code = -e "/data/ready" ? "200 OK" : "503 Service Unavailable";
+  print $c "HTTP/1.1 $code\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+  close $c;
+}
+"#;
+
+/// The liveness command of `side`: records who and where it runs; fails once per
+/// /data/kill-side (which it removes, so the restarted container is healthy again).
+const SIDE_LIVENESS: &str = "id -u > /data/exec-uid; readlink /proc/self/ns/mnt > /data/exec-mnt; \
+     echo \"$MARK\" > /data/exec-env; \
+     if [ -e /data/kill-side ]; then rm -f /data/kill-side; echo side-is-sick; exit 1; fi";
+
+fn pod() -> String {
+    let indent = |s: &str| {
+        s.lines()
+            .map(|l| format!("        {l}\n"))
+            .collect::<String>()
+    };
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: web
+spec:
+  terminationGracePeriodSeconds: 5
+  volumes:
+  - name: data
+    hostPath: {{path: /srv/pe, type: Directory}}
+  containers:
+  - name: server
+    image: host
+    command:
+    - /usr/bin/perl
+    - -e
+    - |
+{server}    volumeMounts: [{{name: data, mountPath: /data}}]
+    readinessProbe:
+      httpGet: {{path: /healthz, port: 18080}}
+      periodSeconds: 1
+      failureThreshold: 1
+    livenessProbe:
+      tcpSocket: {{port: 18080}}
+      initialDelaySeconds: 2
+      periodSeconds: 2
+  - name: side
+    image: host
+    command: ["/usr/local/bin/probe"]
+    env:
+    - {{name: PROBE, value: side}}
+    - {{name: PROBE_DIR, value: /data}}
+    - {{name: PROBE_THEN, value: term-log}}
+    - {{name: MARK, value: from-the-manifest}}
+    securityContext:
+      runAsUser: 1234
+      runAsGroup: 1234
+    volumeMounts: [{{name: data, mountPath: /data}}]
+    livenessProbe:
+      exec:
+        command: ["/bin/sh", "-c", {side}]
+      periodSeconds: 1
+      failureThreshold: 1
+"#,
+        server = indent(SERVER),
+        side = serde_json::to_string(SIDE_LIVENESS).unwrap(),
+    )
+}
+
+/// The READY and RESTARTS columns of `podunit status` for pod `web`.
+fn ready_and_restarts(m: &Machine) -> (String, String) {
+    let table = m.sh_ok("podunit status");
+    let row: Vec<String> = table
+        .lines()
+        .find(|l| l.split_whitespace().nth(1) == Some("web"))
+        .unwrap_or_else(|| panic!("no web row in\n{table}"))
+        .split_whitespace()
+        .map(String::from)
+        .collect();
+    (row[2].clone(), row[4].clone())
+}
+
+fn requests(m: &Machine) -> usize {
+    m.read_string("/srv/pe/requests")
+        .map(|s| s.lines().count())
+        .unwrap_or(0)
+}
+
+#[test]
+fn readiness_liveness_exec_http_and_tcp_probes() {
+    let m = Machine::boot("probes");
+    m.sh_ok("mkdir -p /srv/pe && chmod 0777 /srv/pe");
+    start_sync(&m);
+    m.write("/etc/pods.d/web.yaml", pod().as_bytes());
+    m.daemon_reload();
+    let server = ctr_unit(NS, "web", "server");
+    let side = ctr_unit(NS, "web", "side");
+    wait_state(&m, &server, &["active"]);
+    wait_state(&m, &side, &["active"]);
+
+    // Readiness fails while /data/ready is missing: the pod shows 1/2 (side has no readiness
+    // probe), however often the probe ran.
+    m.wait_for("three failed readiness probes", SOON, || {
+        (requests(&m) >= 3).then_some(())
+    });
+    assert_eq!(
+        ready_and_restarts(&m).0,
+        "1/2",
+        "{}\n{}",
+        m.sh_ok("podunit status web"),
+        m.sh_ok("journalctl -b --no-pager -o cat -u podunit-sync.service -u 'podunit-probe-*' | tail -40")
+    );
+    let json = m.sh_ok("podunit status -o json");
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let web = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "web")
+        .unwrap();
+    let cond = |t: &str| {
+        web["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == t)
+            .map(|c| c["status"].clone())
+    };
+    assert_eq!(cond("Ready"), Some("False".into()), "{web}");
+    assert_eq!(cond("ContainersReady"), Some("False".into()), "{web}");
+    let server_status = &web["containerStatuses"][0];
+    assert_eq!(server_status["name"], "server");
+    assert_eq!(server_status["ready"], false, "{server_status}");
+    let requests_seen = m.read_string("/srv/pe/requests").unwrap();
+    assert!(
+        requests_seen
+            .lines()
+            .all(|l| l.starts_with("GET /healthz HTTP/1.1")),
+        "{requests_seen}"
+    );
+
+    // It passes: the pod becomes ready.
+    m.sh_ok("touch /srv/pe/ready");
+    m.wait_for("web to be 2/2 ready", SOON, || {
+        (ready_and_restarts(&m).0 == "2/2").then_some(())
+    });
+
+    // The exec probe ran as the container's user, in the container's mount namespace, with the
+    // container's environment.
+    let side_pid = m.prop(&side, "MainPID");
+    m.wait_for("the exec probe to have run", SOON, || {
+        m.read_string("/srv/pe/exec-mnt").filter(|s| !s.is_empty())
+    });
+    assert_eq!(m.read_string("/srv/pe/exec-uid").unwrap().trim(), "1234");
+    let container_mnt = m.sh_ok(&format!("readlink /proc/{side_pid}/ns/mnt"));
+    let host_mnt = m.sh_ok("readlink /proc/1/ns/mnt");
+    assert_eq!(
+        m.read_string("/srv/pe/exec-mnt").unwrap().trim(),
+        container_mnt.trim()
+    );
+    assert_ne!(
+        container_mnt.trim(),
+        host_mnt.trim(),
+        "the container has a mount namespace"
+    );
+    assert_eq!(
+        m.read_string("/srv/pe/exec-env").unwrap().trim(),
+        "from-the-manifest"
+    );
+
+    // A failing liveness probe restarts that container only.
+    let server_pid = m.prop(&server, "MainPID");
+    m.sh_ok("touch /srv/pe/kill-side");
+    m.wait_for("side to be restarted once", SOON, || {
+        (m.prop(&side, "NRestarts") == "1" && m.prop(&side, "SubState") == "running").then_some(())
+    });
+    assert_eq!(
+        m.prop(&server, "MainPID"),
+        server_pid,
+        "server must not restart"
+    );
+    assert_eq!(m.prop(&server, "NRestarts"), "0");
+    assert_eq!(
+        m.read_string("/srv/pe/side/signals").as_deref(),
+        Some("term\n"),
+        "killed with SIGTERM first"
+    );
+    m.wait_for("RESTARTS 1 and 2/2 again", SOON, || {
+        (ready_and_restarts(&m) == ("2/2".into(), "1".into())).then_some(())
+    });
+
+    // The journal has transitions and kills, not a line per probe run.
+    let log = m.sh_ok("journalctl -b --no-pager -o cat -u podunit-sync.service");
+    let probe_lines: Vec<&str> = log.lines().filter(|l| l.contains(" probe ")).collect();
+    assert!(
+        log.contains("Container side failed liveness probe, will be restarted"),
+        "{log}"
+    );
+    assert!(
+        probe_lines.len() <= 6,
+        "{} probe lines for {} probe runs:\n{}",
+        probe_lines.len(),
+        requests(&m),
+        probe_lines.join("\n")
+    );
+    assert_eq!(
+        m.sh_ok("systemctl list-units --failed --plain --no-legend 'podunit-*'"),
+        ""
+    );
+}
