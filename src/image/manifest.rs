@@ -137,7 +137,9 @@ impl Compression {
             | "application/vnd.docker.image.rootfs.diff.tar.gzip" => Compression::Gzip,
             "application/vnd.oci.image.layer.v1.tar+zstd" => Compression::Zstd,
             m if m.contains("nondistributable") || m.contains("foreign") => {
-                return Err(format!("layer media type {m:?}: foreign layers are not supported"));
+                return Err(format!(
+                    "layer media type {m:?}: foreign layers are not supported"
+                ));
             }
             m => return Err(format!("layer media type {m:?} is not supported")),
         })
@@ -176,11 +178,17 @@ pub struct RunConfig {
     pub cmd: Option<Vec<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub working_dir: Option<String>,
-    #[serde(skip_serializing_if = "BTreeMap::is_empty", deserialize_with = "null_map")]
+    #[serde(
+        skip_serializing_if = "BTreeMap::is_empty",
+        deserialize_with = "null_map"
+    )]
     pub labels: BTreeMap<String, String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stop_signal: Option<String>,
-    #[serde(skip_serializing_if = "BTreeMap::is_empty", deserialize_with = "null_map")]
+    #[serde(
+        skip_serializing_if = "BTreeMap::is_empty",
+        deserialize_with = "null_map"
+    )]
     pub volumes: BTreeMap<String, serde_json::Value>,
 }
 
@@ -212,7 +220,10 @@ impl ImageConfig {
         let c: ImageConfig =
             serde_json::from_slice(body).map_err(|e| format!("image config: {e}"))?;
         if c.rootfs.kind != "layers" {
-            return Err(format!("image config rootfs.type {:?} is not \"layers\"", c.rootfs.kind));
+            return Err(format!(
+                "image config rootfs.type {:?} is not \"layers\"",
+                c.rootfs.kind
+            ));
         }
         Ok(c)
     }
@@ -232,7 +243,10 @@ mod tests {
         let Manifest::Index(m) = Manifest::parse(idx.as_bytes(), "").unwrap() else {
             panic!()
         };
-        assert_eq!(m[0].platform.as_ref().unwrap().variant.as_deref(), Some("v7"));
+        assert_eq!(
+            m[0].platform.as_ref().unwrap().variant.as_deref(),
+            Some("v7")
+        );
         let man = format!(
             r#"{{"schemaVersion":2,"config":{{"mediaType":"{OCI_CONFIG}","digest":"{D}","size":2}},"layers":[{{"mediaType":"application/vnd.oci.image.layer.v1.tar+zstd","digest":"{D}","size":3}}]}}"#
         );

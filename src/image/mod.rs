@@ -11,3 +11,6 @@ pub mod store;
 pub use digest::Digest;
 pub use reference::Reference;
 pub use store::{ResolvedImage, Store, StoreError};
+
+#[cfg(feature = "cli")]
+pub mod unpack;

@@ -174,7 +174,8 @@ pub fn valid_registry(s: &str) -> bool {
             && !l.ends_with('-')
     };
     let host_ok = host.is_empty() && s.starts_with('[') || host.split('.').all(label_ok);
-    let port_ok = port.is_none_or(|p| !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()));
+    let port_ok =
+        port.is_none_or(|p| !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()));
     host_ok && port_ok
 }
 
@@ -229,19 +230,40 @@ mod tests {
         assert_eq!(norm("nginx:1.25"), "docker.io/library/nginx:1.25");
         assert_eq!(norm("library/nginx"), "docker.io/library/nginx:latest");
         assert_eq!(norm("bitnami/redis:7"), "docker.io/bitnami/redis:7");
-        assert_eq!(norm("index.docker.io/busybox"), "docker.io/library/busybox:latest");
-        assert_eq!(norm("docker.io/busybox:1.28"), "docker.io/library/busybox:1.28");
-        assert_eq!(norm("registry.k8s.io/busybox"), "registry.k8s.io/busybox:latest");
-        assert_eq!(norm("registry.k8s.io/e2e-test-images/agnhost:2.39"), "registry.k8s.io/e2e-test-images/agnhost:2.39");
+        assert_eq!(
+            norm("index.docker.io/busybox"),
+            "docker.io/library/busybox:latest"
+        );
+        assert_eq!(
+            norm("docker.io/busybox:1.28"),
+            "docker.io/library/busybox:1.28"
+        );
+        assert_eq!(
+            norm("registry.k8s.io/busybox"),
+            "registry.k8s.io/busybox:latest"
+        );
+        assert_eq!(
+            norm("registry.k8s.io/e2e-test-images/agnhost:2.39"),
+            "registry.k8s.io/e2e-test-images/agnhost:2.39"
+        );
         assert_eq!(norm("localhost/app"), "localhost/app:latest");
         assert_eq!(norm("localhost:5000/app:v1"), "localhost:5000/app:v1");
         assert_eq!(norm("127.0.0.1:5000/a/b/c"), "127.0.0.1:5000/a/b/c:latest");
         assert_eq!(norm("[::1]:5000/app"), "[::1]:5000/app:latest");
-        assert_eq!(norm(&format!("busybox@{D}")), format!("docker.io/library/busybox@{D}"));
-        assert_eq!(norm(&format!("busybox:1.36@{D}")), format!("docker.io/library/busybox:1.36@{D}"));
+        assert_eq!(
+            norm(&format!("busybox@{D}")),
+            format!("docker.io/library/busybox@{D}")
+        );
+        assert_eq!(
+            norm(&format!("busybox:1.36@{D}")),
+            format!("docker.io/library/busybox:1.36@{D}")
+        );
         // No slash: `host:5000` is the name `host` with the tag `5000`, as in Docker.
         assert_eq!(norm("host:5000"), "docker.io/library/host:5000");
-        assert_eq!(norm("a__b-c---d/e_f.g"), "docker.io/a__b-c---d/e_f.g:latest");
+        assert_eq!(
+            norm("a__b-c---d/e_f.g"),
+            "docker.io/a__b-c---d/e_f.g:latest"
+        );
         // A dot makes the first part a host, which must then be valid.
         assert!(Reference::parse("a__b.c/d").is_err());
     }
@@ -255,7 +277,10 @@ mod tests {
         let p = Reference::parse(&format!("nginx:1@{D}")).unwrap();
         assert!(!p.is_latest());
         assert_eq!(p.manifest_key(), D);
-        assert_eq!(r.with_digest(p.digest.as_ref().unwrap()).to_string(), format!("docker.io/library/nginx@{D}"));
+        assert_eq!(
+            r.with_digest(p.digest.as_ref().unwrap()).to_string(),
+            format!("docker.io/library/nginx@{D}")
+        );
         assert!(!Reference::parse("nginx:1.25").unwrap().is_latest());
     }
 

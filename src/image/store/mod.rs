@@ -23,7 +23,6 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-
 /// Why the store could not answer.
 #[derive(Debug)]
 pub enum StoreError {
@@ -36,7 +35,9 @@ impl fmt::Display for StoreError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             StoreError::Io(p, e) => write!(f, "{}: {e}", p.display()),
-            StoreError::Corrupt(p, why) => write!(f, "{}: corrupt image store entry: {why}", p.display()),
+            StoreError::Corrupt(p, why) => {
+                write!(f, "{}: corrupt image store entry: {why}", p.display())
+            }
         }
     }
 }
@@ -124,7 +125,9 @@ impl Store {
     pub fn ref_path(&self, r: &Reference) -> PathBuf {
         let base = self.refs_dir().join(&r.registry).join(&r.repository);
         match (&r.digest, &r.tag) {
-            (Some(d), _) => base.join("_digests").join(format!("{}-{}", d.algorithm(), d.hex())),
+            (Some(d), _) => base
+                .join("_digests")
+                .join(format!("{}-{}", d.algorithm(), d.hex())),
             (None, t) => base
                 .join("_tags")
                 .join(t.as_deref().unwrap_or(super::reference::DEFAULT_TAG)),
@@ -137,11 +140,14 @@ impl Store {
         let Some(text) = read_optional(&p)? else {
             return Ok(None);
         };
-        let rec: RefRecord =
-            serde_json::from_slice(&text).map_err(|e| StoreError::Corrupt(p.clone(), e.to_string()))?;
+        let rec: RefRecord = serde_json::from_slice(&text)
+            .map_err(|e| StoreError::Corrupt(p.clone(), e.to_string()))?;
         if let Some(d) = &r.digest {
             if &rec.digest != d {
-                return Err(StoreError::Corrupt(p, format!("records {} for {d}", rec.digest)));
+                return Err(StoreError::Corrupt(
+                    p,
+                    format!("records {} for {d}", rec.digest),
+                ));
             }
         }
         Ok(Some(rec))
@@ -183,7 +189,10 @@ impl Store {
         let (config_desc, layers) = match Manifest::parse(&body, "") {
             Ok(Manifest::Image { config, layers }) => (config, layers),
             Ok(Manifest::Index(_)) => {
-                return Err(StoreError::Corrupt(mpath, "an index where a manifest was recorded".into()));
+                return Err(StoreError::Corrupt(
+                    mpath,
+                    "an index where a manifest was recorded".into(),
+                ));
             }
             Err(e) => return Err(StoreError::Corrupt(mpath, e)),
         };

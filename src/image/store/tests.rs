@@ -52,13 +52,19 @@ fn lookup_finds_a_complete_image() {
     assert_eq!(img.config.config.user.as_deref(), Some("app"));
     assert_eq!(img.layers, vec![s.layer_path(&Digest::of(b"layer"))]);
     assert_eq!(img.image_id(), format!("docker.io/library/busybox@{m}"));
-    assert!(s.ref_path(&r).ends_with("refs/docker.io/library/busybox/_tags/1.36"));
+    assert!(
+        s.ref_path(&r)
+            .ends_with("refs/docker.io/library/busybox/_tags/1.36")
+    );
     let (recs, errs) = s.list();
     assert!(errs.is_empty());
     assert_eq!(recs.len(), 1);
     assert_eq!(recs[0].reference, "docker.io/library/busybox:1.36");
     // Other tags of the same repository are not there.
-    assert_eq!(s.lookup(&Reference::parse("busybox").unwrap()).unwrap(), None);
+    assert_eq!(
+        s.lookup(&Reference::parse("busybox").unwrap()).unwrap(),
+        None
+    );
 }
 
 #[test]
