@@ -6,11 +6,20 @@ pub mod digest;
 pub mod manifest;
 pub mod platform;
 pub mod reference;
+pub mod registries;
 pub mod store;
 
 pub use digest::Digest;
 pub use reference::Reference;
 pub use store::{ResolvedImage, Store, StoreError};
 
+#[cfg(feature = "cli")]
+pub mod auth;
+#[cfg(feature = "cli")]
+pub mod error;
+#[cfg(feature = "cli")]
+pub mod pull;
+#[cfg(feature = "cli")]
+pub mod registry;
 #[cfg(feature = "cli")]
 pub mod unpack;

@@ -495,18 +495,25 @@ impl Meta {
     fn of<R: Read>(e: &mut tar::Entry<'_, R>, name: &str) -> Result<Meta, UnpackError> {
         let h = e.header();
         let bad = |what: &str| err(name, format!("bad {what} in the tar header"));
+        // An empty numeric field means 0, as GNU tar reads it.
+        let blank = |f: &[u8]| f.iter().all(|b| *b == 0 || *b == b' ');
+        let id = |f: &[u8], v: io::Result<u64>, what: &str| -> Result<u32, UnpackError> {
+            if blank(f) {
+                return Ok(0);
+            }
+            v.ok()
+                .and_then(|v| u32::try_from(v).ok())
+                .ok_or_else(|| bad(what))
+        };
+        let old = h.as_old();
         let mut m = Meta {
-            uid: h
-                .uid()
-                .map_err(|_| bad("uid"))?
-                .try_into()
-                .map_err(|_| bad("uid"))?,
-            gid: h
-                .gid()
-                .map_err(|_| bad("gid"))?
-                .try_into()
-                .map_err(|_| bad("gid"))?,
-            mode: h.mode().map_err(|_| bad("mode"))? & 0o7777,
+            uid: id(&old.uid, h.uid(), "uid")?,
+            gid: id(&old.gid, h.gid(), "gid")?,
+            mode: if blank(&old.mode) {
+                0
+            } else {
+                h.mode().map_err(|_| bad("mode"))? & 0o7777
+            },
             mtime: h.mtime().unwrap_or(0),
             xattrs: Vec::new(),
         };

@@ -23,6 +23,9 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+#[cfg(feature = "cli")]
+pub mod write;
+
 /// Why the store could not answer.
 #[derive(Debug)]
 pub enum StoreError {
