@@ -18,7 +18,7 @@
 use super::digest::Digest;
 use super::manifest::{ImageConfig, Manifest};
 use super::reference::Reference;
-use crate::paths::Paths;
+use crate::common::paths::Paths;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::path::{Path, PathBuf};
