@@ -653,3 +653,112 @@ fn a_full_disk_is_a_clear_error() {
     assert!(e.to_string().contains("no space left"), "{e}");
     assert_eq!((layers, tmp), (0, 0));
 }
+
+#[test]
+fn the_cli_pulls_lists_inspects_and_prunes() {
+    let env = Env::new("cli");
+    env.reg.push("library/busybox", "1.28", &busybox());
+    let other = oci::image(
+        host_arch(),
+        &[Layer {
+            tar: TarBuilder::new().file("x", b"x", 0o644).finish(),
+            comp: Comp::Gzip,
+            declared_size: None,
+        }],
+        serde_json::json!({}),
+    );
+    env.reg.push("library/unused", "1", &other);
+    let root = env.dir.join("root");
+    std::fs::create_dir_all(root.join("etc/podunit")).unwrap();
+    std::fs::create_dir_all(root.join("etc/pods.d")).unwrap();
+    std::fs::write(
+        root.join("etc/podunit/config.yaml"),
+        format!(
+            "registries:\n  mirrors:\n    docker.io: [\"{h}\"]\n  ca:\n    \"{h}\": {ca}\n",
+            h = env.reg.host,
+            ca = env.certs.ca().display()
+        ),
+    )
+    .unwrap();
+    let auth = root.join("etc/podunit/auth.json");
+    std::fs::write(
+        &auth,
+        format!(
+            r#"{{"auths":{{"{}":{{"username":"{USER}","password":"{PASSWORD}"}}}}}}"#,
+            env.reg.host
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&auth, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::write(
+        root.join("etc/pods.d/bb.yaml"),
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: bb\nspec:\n  containers:\n  - name: c\n    image: busybox:1.28\n    command: [sleep, '1000']\n",
+    )
+    .unwrap();
+    let podunit = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_podunit"))
+            .args(args)
+            .env("PODUNIT_ROOT", &root)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (ok, out, err) = podunit(&["image", "pull", "busybox:1.28", "unused:1"]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains(&format!(
+            "docker.io/library/busybox:1.28 {}",
+            busybox().digest()
+        )),
+        "{out}"
+    );
+    assert!(
+        !err.contains("layers"),
+        "no progress display off a terminal: {err}"
+    );
+    let (ok, out, _) = podunit(&["image", "ls"]);
+    assert!(
+        ok && out.contains("docker.io/library/busybox") && out.contains("docker.io/library/unused"),
+        "{out}"
+    );
+    let (ok, out, err) = podunit(&["image", "inspect", "busybox:1.28"]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        v["imageID"],
+        format!("docker.io/library/busybox@{}", busybox().digest())
+    );
+    assert_eq!(v["config"]["config"]["Cmd"][0], "sh");
+    let (ok, _, err) = podunit(&["image", "rm", "busybox:1.28"]);
+    assert!(!ok && err.contains("used by a pod"), "{err}");
+    let (ok, out, err) = podunit(&["image", "prune"]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("removed docker.io/library/unused:1") && !out.contains("busybox"),
+        "{out}"
+    );
+    let store = Store::open(root.join("var/lib/podunit/store"));
+    assert!(
+        store
+            .lookup(&Reference::parse("busybox:1.28").unwrap())
+            .unwrap()
+            .is_some()
+    );
+    assert_eq!(
+        count(&store.root().join("layers/sha256")),
+        1,
+        "the unused image's layer is gone"
+    );
+    let (ok, _, err) = podunit(&["image", "rm", "--force", "busybox:1.28"]);
+    assert!(ok, "{err}");
+    assert_eq!(store.list().0.len(), 0);
+    assert_eq!(count(&store.root().join("layers/sha256")), 0);
+    // A credentials file others can read is refused.
+    std::fs::set_permissions(&auth, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let (ok, _, err) = podunit(&["image", "pull", "busybox:1.28"]);
+    assert!(!ok && err.contains("0600"), "{err}");
+}

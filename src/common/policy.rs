@@ -12,6 +12,7 @@
 //! | `runAsRoot` | `true` | containers whose user is root or unspecified |
 //! | `allowedCapabilities` | `[]` | capabilities a container may add (`NET_BIND_SERVICE`, or `ALL` for any) |
 //! | `hostNetwork` | `true` | `hostNetwork: true` (with `false`, pods must run in a private network) |
+//! | `registries` | any | registries images may be pulled from (`[docker.io, registry.k8s.io]`) |
 //! | `local` | `trust` | `enforce`: also apply the policy to /etc/pods.d and /run/pods.d pods (root wrote them: trusted by default) |
 //!
 //! The image names that mean the host root filesystem are the top-level `hostImages` key (default
@@ -72,6 +73,9 @@ pub struct Policy {
     pub allow_host_network: bool,
     #[serde(rename = "local")]
     pub local: Local,
+    /// Registries images may be pulled from (normalised hosts: `docker.io`, `registry.k8s.io`);
+    /// absent: any.
+    pub registries: Option<Vec<String>>,
 }
 
 impl Default for Policy {
@@ -85,6 +89,7 @@ impl Default for Policy {
             allowed_capabilities: Vec::new(),
             allow_host_network: true,
             local: Local::Trust,
+            registries: None,
         }
     }
 }
