@@ -241,10 +241,13 @@ fn records_of(store: &Store, r: &Reference) -> Result<Vec<Reference>, String> {
     let (all, _) = store.list();
     let mut out = vec![r.clone()];
     for o in all {
-        if let Ok(or) = Reference::parse(&o.reference) {
-            if o.digest == rec.digest && or.name() == r.name() && or.tag.is_none() && &or != r {
-                out.push(or);
-            }
+        if let Ok(or) = Reference::parse(&o.reference)
+            && o.digest == rec.digest
+            && or.name() == r.name()
+            && or.tag.is_none()
+            && &or != r
+        {
+            out.push(or);
         }
     }
     Ok(out)

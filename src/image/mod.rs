@@ -21,5 +21,5 @@ pub mod error;
 pub mod pull;
 #[cfg(feature = "cli")]
 pub mod registry;
-#[cfg(feature = "cli")]
+#[cfg(feature = "unpack")]
 pub mod unpack;

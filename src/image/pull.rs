@@ -54,12 +54,12 @@ impl Puller<'_> {
     /// Pulls `r` (always asks the registry: the caller decides by pull policy whether to).
     pub fn pull(&self, r: &Reference) -> Result<ResolvedImage, PullError> {
         let fail = |kind| PullError::new(r, kind);
-        if let Some(allowed) = self.allowed_registries {
-            if !allowed.iter().any(|a| a == &r.registry) {
-                return Err(fail(PullErrorKind::NotAllowed {
-                    registry: r.registry.clone(),
-                }));
-            }
+        if let Some(allowed) = self.allowed_registries
+            && !allowed.iter().any(|a| a == &r.registry)
+        {
+            return Err(fail(PullErrorKind::NotAllowed {
+                registry: r.registry.clone(),
+            }));
         }
         self.store.create().map_err(|e| fail(store_kind(e)))?;
         let _shared = self
@@ -70,14 +70,14 @@ impl Puller<'_> {
 
         let (ep, body, ct) = self.client.manifest(r, &r.manifest_key()).map_err(fail)?;
         let top = Digest::of(&body);
-        if let Some(want) = &r.digest {
-            if &top != want {
-                return Err(fail(PullErrorKind::Digest {
-                    what: "the manifest".into(),
-                    expected: want.clone(),
-                    got: top.to_string(),
-                }));
-            }
+        if let Some(want) = &r.digest
+            && &top != want
+        {
+            return Err(fail(PullErrorKind::Digest {
+                what: "the manifest".into(),
+                expected: want.clone(),
+                got: top.to_string(),
+            }));
         }
         let parsed = Manifest::parse(&body, &ct).map_err(|e| fail(PullErrorKind::Invalid(e)))?;
         let mut blobs = vec![(top.clone(), body)];
@@ -357,13 +357,16 @@ fn store_kind(e: StoreError) -> PullErrorKind {
     }
 }
 
+/// A progress callback.
+type Report<'a> = dyn Fn(&Progress) + Sync + 'a;
+
 /// Passes at most `left` bytes, and notes if the stream had more (a layer larger than its
 /// descriptor is refused, never truncated into something that might verify).
 struct Bounded<'a, R> {
     inner: R,
     left: u64,
     oversize: Arc<AtomicBool>,
-    report: Option<(&'a (dyn Fn(&Progress) + Sync), Digest, u64)>,
+    report: Option<(&'a Report<'a>, Digest, u64)>,
 }
 
 impl<R: Read> Read for Bounded<'_, R> {

@@ -70,10 +70,10 @@ impl Reference {
         if path.is_empty() || !path.split('/').all(valid_path_component) {
             return bad("the repository path is not valid");
         }
-        if let Some(t) = tag {
-            if !valid_tag(t) {
-                return bad("the tag is not valid");
-            }
+        if let Some(t) = tag
+            && !valid_tag(t)
+        {
+            return bad("the tag is not valid");
         }
         let repository = if registry == DEFAULT_REGISTRY && !path.contains('/') {
             format!("library/{path}")

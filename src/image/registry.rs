@@ -242,9 +242,8 @@ impl Client {
                 let realm = params
                     .get("realm")
                     .ok_or("Bearer challenge without a realm")?;
-                if !realm.starts_with("https://")
-                    && !(realm.starts_with("http://") && self.settings.is_insecure(&ep.host))
-                {
+                let plain_ok = realm.starts_with("http://") && self.settings.is_insecure(&ep.host);
+                if !realm.starts_with("https://") && !plain_ok {
                     return Err(format!("token realm {realm:?} is not HTTPS"));
                 }
                 let scope = params

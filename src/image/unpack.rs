@@ -332,10 +332,10 @@ impl Unpacker {
     /// The directory `dirs` (relative to the root), created (0755, root) where missing.
     fn parent(&mut self, dirs: &[&str], name: &str) -> Result<OwnedFd, UnpackError> {
         let key = dirs.join("/");
-        if let Some((k, fd)) = &self.last_parent {
-            if *k == key {
-                return rustix::io::dup(fd).map_err(|e| os(name, "dup", e));
-            }
+        if let Some((k, fd)) = &self.last_parent
+            && *k == key
+        {
+            return rustix::io::dup(fd).map_err(|e| os(name, "dup", e));
         }
         let fd = if dirs.is_empty() {
             rustix::io::dup(&self.root).map_err(|e| os(name, "dup", e))?
@@ -529,10 +529,10 @@ impl Meta {
                     "uid" => m.uid = num().ok_or_else(|| bad("PAX uid"))?,
                     "gid" => m.gid = num().ok_or_else(|| bad("PAX gid"))?,
                     k => {
-                        if let Some(x) = k.strip_prefix("SCHILY.xattr.") {
-                            if x.starts_with("user.") || x == "security.capability" {
-                                m.xattrs.push((x.to_string(), ext.value_bytes().to_vec()));
-                            }
+                        if let Some(x) = k.strip_prefix("SCHILY.xattr.")
+                            && (x.starts_with("user.") || x == "security.capability")
+                        {
+                            m.xattrs.push((x.to_string(), ext.value_bytes().to_vec()));
                         }
                     }
                 }

@@ -145,13 +145,13 @@ impl Store {
         };
         let rec: RefRecord = serde_json::from_slice(&text)
             .map_err(|e| StoreError::Corrupt(p.clone(), e.to_string()))?;
-        if let Some(d) = &r.digest {
-            if &rec.digest != d {
-                return Err(StoreError::Corrupt(
-                    p,
-                    format!("records {} for {d}", rec.digest),
-                ));
-            }
+        if let Some(d) = &r.digest
+            && &rec.digest != d
+        {
+            return Err(StoreError::Corrupt(
+                p,
+                format!("records {} for {d}", rec.digest),
+            ));
         }
         Ok(Some(rec))
     }

@@ -195,16 +195,15 @@ impl Store {
         for rec in &records {
             blobs.insert(rec.digest.hex().to_string());
             blobs.insert(rec.manifest.hex().to_string());
-            if let Ok(Some(body)) = self.read_blob(&rec.manifest) {
-                if let Ok(crate::image::manifest::Manifest::Image { config, .. }) =
+            if let Ok(Some(body)) = self.read_blob(&rec.manifest)
+                && let Ok(crate::image::manifest::Manifest::Image { config, .. }) =
                     crate::image::manifest::Manifest::parse(&body, "")
+            {
+                blobs.insert(config.digest.hex().to_string());
+                if let Ok(Some(c)) = self.read_blob(&config.digest)
+                    && let Ok(c) = crate::image::manifest::ImageConfig::parse(&c)
                 {
-                    blobs.insert(config.digest.hex().to_string());
-                    if let Ok(Some(c)) = self.read_blob(&config.digest) {
-                        if let Ok(c) = crate::image::manifest::ImageConfig::parse(&c) {
-                            layers.extend(c.rootfs.diff_ids.iter().map(|d| d.hex().to_string()));
-                        }
-                    }
+                    layers.extend(c.rootfs.diff_ids.iter().map(|d| d.hex().to_string()));
                 }
             }
         }
