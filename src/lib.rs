@@ -9,6 +9,8 @@
 pub mod common;
 pub mod escape;
 pub mod generate;
+// Images: the store's read side here; pulling and unpacking with `cli`.
+pub mod image;
 pub mod manifest;
 // Probes: their spec is part of the plan; running them is podunit-sync's.
 pub mod probe;

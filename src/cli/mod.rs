@@ -6,6 +6,7 @@ use std::process::ExitCode;
 pub mod check;
 pub mod cluster;
 pub mod completions;
+pub mod image;
 pub mod logs;
 pub mod pods;
 pub mod prepare;
@@ -35,6 +36,8 @@ pub enum Command {
     Render(check::RenderArgs),
     /// Show pods like `kubectl get pods`, or one pod's containers.
     Status(status::Args),
+    /// Pull, list, inspect and remove images in the local store.
+    Image(image::Args),
     /// Show a pod's logs from the journal.
     Logs(logs::Args),
     /// Prepare a pod's volumes and environment (run by the pod's unit).
@@ -81,6 +84,7 @@ pub fn main() -> ExitCode {
         Command::Status(a) => status::run(a),
         Command::ProbeExec(a) => probe::run(a),
         Command::Logs(a) => logs::run(a),
+        Command::Image(a) => image::run(a),
         Command::Completions(a) => completions::run(a),
     }
 }

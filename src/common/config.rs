@@ -36,6 +36,8 @@ pub struct Config {
     /// systemd 254 or newer: restart delays grow like CrashLoopBackOff (`RestartSteps=`,
     /// `RestartMaxDelaySec=`). systemd 252 knows only a fixed `RestartSec=`.
     pub restart_backoff_steps: bool,
+    /// Registry mirrors, CA files, insecure registries, the credentials file (docs/images.md).
+    pub registries: crate::image::registries::Registries,
 }
 
 /// The pods' network.
@@ -160,6 +162,25 @@ pub fn host_name() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn registries_parse() {
+        let l = Config::parse(
+            "registries:\n  mirrors:\n    docker.io: [mirror.local:5000]\n  ca:\n    mirror.local:5000: /etc/podunit/ca.pem\n  insecure: [lab:5000]\npolicy:\n  registries: [docker.io]\n",
+        )
+        .unwrap();
+        assert!(l.unknown_keys.is_empty(), "{:?}", l.unknown_keys);
+        let r = &l.config.registries;
+        assert_eq!(
+            r.endpoints("docker.io")[0].base,
+            "https://mirror.local:5000"
+        );
+        assert!(r.is_insecure("lab:5000"));
+        assert_eq!(
+            l.config.policy.registries,
+            Some(vec!["docker.io".to_string()])
+        );
+    }
 
     #[test]
     fn empty_file_is_local_mode() {

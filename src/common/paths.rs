@@ -56,6 +56,8 @@ impl Paths {
     pub const TOKENS: &'static str = "/run/podunit/tokens";
     /// The local image store: `<store>/<escaped reference>/` holds a root filesystem or an image file.
     pub const IMAGES: &'static str = "/var/lib/podunit/images";
+    /// Pulled images: content-addressed blobs, unpacked layers, name records (docs/images.md).
+    pub const STORE: &'static str = "/var/lib/podunit/store";
     /// Node configuration.
     pub const CONFIG: &'static str = "/etc/podunit/config.yaml";
     /// The installed CLI, which units call to prepare and clean up pods.

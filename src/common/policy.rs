@@ -14,6 +14,7 @@
 //! | `hostNetwork` | `true` | `hostNetwork: true` (with `false`, pods must run in a private network) |
 //! | `hostIPC` | `false` | `hostIPC: true`: the host's IPC namespace instead of the pod's |
 //! | `hostPID` | `false` | `hostPID: true`: every host process in sight (`ProtectProc=` off) |
+//! | `registries` | any | registries images may be pulled from (`[docker.io, registry.k8s.io]`) |
 //! | `local` | `trust` | `enforce`: also apply the policy to /etc/pods.d and /run/pods.d pods (root wrote them: trusted by default) |
 //!
 //! The image names that mean the host root filesystem are the top-level `hostImages` key (default
@@ -78,6 +79,9 @@ pub struct Policy {
     pub allow_host_pid: bool,
     #[serde(rename = "local")]
     pub local: Local,
+    /// Registries images may be pulled from (normalised hosts: `docker.io`, `registry.k8s.io`);
+    /// absent: any.
+    pub registries: Option<Vec<String>>,
 }
 
 impl Default for Policy {
@@ -95,6 +99,7 @@ impl Default for Policy {
             allow_host_ipc: false,
             allow_host_pid: false,
             local: Local::Trust,
+            registries: None,
         }
     }
 }

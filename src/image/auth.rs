@@ -1,0 +1,272 @@
+//! Registry credentials: the node's credentials file and the pods' `imagePullSecrets`, both in the
+//! `config.json`/`auth.json` format (`kubernetes.io/dockerconfigjson`) or the older `.dockercfg`
+//! one; matched against an image as the kubelet does (host, optional path prefix, `*.` wildcard;
+//! the most specific key first).
+
+use super::reference::Reference;
+use base64::Engine;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::Path;
+
+/// A user name and password (or token) for one registry.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Credential {
+    pub username: String,
+    pub password: String,
+}
+
+impl fmt::Debug for Credential {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Credential({:?}, <password>)", self.username)
+    }
+}
+
+/// Credentials by registry key.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Keyring {
+    entries: Vec<(Key, Credential)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Key {
+    host: String,
+    path: String,
+}
+
+#[derive(Deserialize)]
+struct ConfigJson {
+    #[serde(default)]
+    auths: BTreeMap<String, Entry>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Entry {
+    auth: Option<String>,
+    username: Option<String>,
+    password: Option<String>,
+}
+
+const SECRET_MAX: usize = 1 << 20;
+
+impl Keyring {
+    /// `{"auths": {...}}` (dockerconfigjson, auth.json) text.
+    pub fn parse_config_json(bytes: &[u8]) -> Result<Keyring, String> {
+        if bytes.len() > SECRET_MAX {
+            return Err("credentials larger than 1 MiB".into());
+        }
+        let c: ConfigJson =
+            serde_json::from_slice(bytes).map_err(|e| format!("not a docker config.json: {e}"))?;
+        Keyring::from_entries(c.auths)
+    }
+
+    /// The legacy `.dockercfg` text: the `auths` map on its own.
+    pub fn parse_dockercfg(bytes: &[u8]) -> Result<Keyring, String> {
+        if bytes.len() > SECRET_MAX {
+            return Err("credentials larger than 1 MiB".into());
+        }
+        let m: BTreeMap<String, Entry> =
+            serde_json::from_slice(bytes).map_err(|e| format!("not a .dockercfg: {e}"))?;
+        Keyring::from_entries(m)
+    }
+
+    /// An `imagePullSecret`'s data: `.dockerconfigjson` for `kubernetes.io/dockerconfigjson`,
+    /// `.dockercfg` for `kubernetes.io/dockercfg`.
+    pub fn from_secret(
+        secret_type: &str,
+        data: &BTreeMap<String, Vec<u8>>,
+    ) -> Result<Keyring, String> {
+        match secret_type {
+            "kubernetes.io/dockerconfigjson" => {
+                let d = data
+                    .get(".dockerconfigjson")
+                    .ok_or("no .dockerconfigjson key")?;
+                Keyring::parse_config_json(d)
+            }
+            "kubernetes.io/dockercfg" => {
+                let d = data.get(".dockercfg").ok_or("no .dockercfg key")?;
+                Keyring::parse_dockercfg(d)
+            }
+            t => Err(format!("secret type {t:?} is not an image pull secret")),
+        }
+    }
+
+    /// The node's credentials file. It holds secrets: refused unless owned by root and closed to
+    /// group and others. A missing file is an empty keyring.
+    pub fn load_node_file(path: &Path) -> Result<Keyring, String> {
+        use std::os::unix::fs::MetadataExt;
+        let meta = match std::fs::metadata(path) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Keyring::default()),
+            Err(e) => return Err(format!("{}: {e}", path.display())),
+        };
+        if meta.uid() != 0 || meta.mode() & 0o077 != 0 {
+            return Err(format!(
+                "{}: credentials must be owned by root and not readable by others (mode 0600), not uid {} mode {:o}",
+                path.display(),
+                meta.uid(),
+                meta.mode() & 0o7777
+            ));
+        }
+        let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        Keyring::parse_config_json(&bytes).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    fn from_entries(m: BTreeMap<String, Entry>) -> Result<Keyring, String> {
+        let mut entries = Vec::new();
+        for (k, e) in m {
+            let cred = if let (Some(u), Some(p)) = (&e.username, &e.password) {
+                Credential {
+                    username: u.clone(),
+                    password: p.clone(),
+                }
+            } else if let Some(a) = &e.auth {
+                let raw = base64::engine::general_purpose::STANDARD
+                    .decode(a.trim())
+                    .map_err(|_| format!("auths.{k}.auth is not base64"))?;
+                let s =
+                    String::from_utf8(raw).map_err(|_| format!("auths.{k}.auth is not UTF-8"))?;
+                let (u, p) = s
+                    .split_once(':')
+                    .ok_or_else(|| format!("auths.{k}.auth is not user:password"))?;
+                Credential {
+                    username: u.to_string(),
+                    password: p.to_string(),
+                }
+            } else {
+                continue; // identity tokens and credential helpers: not supported, skipped
+            };
+            entries.push((parse_key(&k), cred));
+        }
+        Ok(Keyring { entries })
+    }
+
+    /// Adds `other`'s entries after this one's (earlier keyrings win ties).
+    pub fn extend(&mut self, other: Keyring) {
+        self.entries.extend(other.entries);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Credentials for `r`, most specific key first (the kubelet tries each in turn).
+    pub fn lookup(&self, r: &Reference) -> Vec<&Credential> {
+        self.lookup_host(&r.registry, &r.repository)
+    }
+
+    /// Credentials for `repository` at `host` (a registry or one of its mirrors).
+    pub fn lookup_host(&self, host: &str, repository: &str) -> Vec<&Credential> {
+        let mut hits: Vec<(usize, usize, &Credential)> = self
+            .entries
+            .iter()
+            .enumerate()
+            .filter(|(_, (k, _))| host_matches(&k.host, host) && path_matches(&k.path, repository))
+            .map(|(i, (k, c))| (k.path.len() + k.host.len(), i, c))
+            .collect();
+        hits.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+        hits.into_iter().map(|(_, _, c)| c).collect()
+    }
+}
+
+fn parse_key(k: &str) -> Key {
+    let k = k.trim();
+    let k = k
+        .strip_prefix("https://")
+        .or_else(|| k.strip_prefix("http://"))
+        .unwrap_or(k);
+    let (host, path) = k.split_once('/').unwrap_or((k, ""));
+    let mut path = path.trim_end_matches('/');
+    // `https://index.docker.io/v1/` and friends name the registry, not a repository.
+    if matches!(path, "v1" | "v2") {
+        path = "";
+    }
+    let host = match host {
+        "index.docker.io" | "registry-1.docker.io" => "docker.io",
+        h => h,
+    };
+    Key {
+        host: host.to_ascii_lowercase(),
+        path: path.to_string(),
+    }
+}
+
+fn host_matches(pattern: &str, host: &str) -> bool {
+    match pattern.strip_prefix("*.") {
+        // Kubelet: `*` matches one label only.
+        Some(suffix) => host
+            .split_once('.')
+            .is_some_and(|(first, rest)| !first.is_empty() && rest == suffix),
+        None => pattern == host,
+    }
+}
+
+fn path_matches(prefix: &str, repo: &str) -> bool {
+    prefix.is_empty() || repo == prefix || repo.starts_with(&format!("{prefix}/"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn b64(s: &str) -> String {
+        base64::engine::general_purpose::STANDARD.encode(s)
+    }
+
+    #[test]
+    fn matches_like_the_kubelet() {
+        let json = format!(
+            r#"{{"auths":{{"https://index.docker.io/v1/":{{"auth":"{}"}},"reg.example:5000/team":{{"username":"t","password":"tp"}},"reg.example:5000":{{"auth":"{}"}},"*.corp.example":{{"auth":"{}"}}}}}}"#,
+            b64("hub:hp"),
+            b64("any:ap"),
+            b64("w:wp")
+        );
+        let k = Keyring::parse_config_json(json.as_bytes()).unwrap();
+        let users = |r: &str| -> Vec<String> {
+            k.lookup(&Reference::parse(r).unwrap())
+                .iter()
+                .map(|c| c.username.clone())
+                .collect()
+        };
+        assert_eq!(users("busybox"), ["hub"]);
+        assert_eq!(users("reg.example:5000/team/app"), ["t", "any"]);
+        assert_eq!(users("reg.example:5000/teamx/app"), ["any"]);
+        assert_eq!(users("a.corp.example/x"), ["w"]);
+        assert!(users("a.b.corp.example/x").is_empty());
+        assert!(users("quay.io/x").is_empty());
+        assert!(
+            !format!("{k:?}").contains("hp"),
+            "no password in Debug output"
+        );
+    }
+
+    #[test]
+    fn secrets_of_both_types() {
+        let cfg = format!(
+            r#"{{"reg.example":{{"auth":"{}"}}}}"#,
+            b64("u:p:with:colons")
+        );
+        let data = [(".dockercfg".to_string(), cfg.into_bytes())].into();
+        let k = Keyring::from_secret("kubernetes.io/dockercfg", &data).unwrap();
+        let c = k.lookup(&Reference::parse("reg.example/a").unwrap());
+        assert_eq!(c[0].password, "p:with:colons");
+        assert!(Keyring::from_secret("kubernetes.io/dockerconfigjson", &data).is_err());
+        assert!(Keyring::from_secret("Opaque", &data).is_err());
+        assert!(Keyring::parse_config_json(br#"{"auths":{"x":{"auth":"%%%"}}}"#).is_err());
+    }
+
+    #[test]
+    fn node_file_must_be_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let p = std::env::temp_dir().join(format!("podunit-auth-{}.json", std::process::id()));
+        std::fs::write(&p, br#"{"auths":{}}"#).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(Keyring::load_node_file(&p).unwrap_err().contains("0600"));
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert!(Keyring::load_node_file(&p).unwrap().is_empty());
+        std::fs::remove_file(&p).unwrap();
+        assert!(Keyring::load_node_file(&p).unwrap().is_empty());
+    }
+}

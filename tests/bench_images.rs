@@ -1,0 +1,227 @@
+//! `make bench-images`: pulling a ~100 MB multi-layer image from a registry on loopback against
+//! `skopeo copy` of the same image to a directory, and unpacking its layers against `tar -xf` of
+//! the same tarballs. Wall-clock medians of 3 runs each (the baselines are other programs, so no
+//! instruction counts); the numbers go to docs/benchmarks.md. Needs root, docker-registry,
+//! htpasswd, skopeo and GNU tar.
+
+mod image;
+
+use image::oci::{self, Comp, Layer};
+use image::registry::{Certs, PASSWORD, Registry, USER};
+use podunit::image::auth::Keyring;
+use podunit::image::pull::Puller;
+use podunit::image::registries::Registries;
+use podunit::image::registry::Client;
+use podunit::image::unpack::Unpacker;
+use podunit::image::{Reference, Store};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const RUNS: usize = 3;
+/// Uncompressed bytes per layer (gzip brings the image to about 100 MB).
+const LAYER_BYTES: u64 = 55 << 20;
+
+/// Layers of real files from the host's /usr, `LAYER_BYTES` each.
+fn layers() -> Vec<Vec<u8>> {
+    let mut files = Vec::new();
+    for d in [
+        "/usr/bin",
+        "/usr/lib/x86_64-linux-gnu",
+        "/usr/lib/aarch64-linux-gnu",
+        "/usr/share",
+        "/usr/lib",
+    ] {
+        walk(Path::new(d), &mut files);
+    }
+    let mut out = Vec::new();
+    let mut b = tar::Builder::new(Vec::new());
+    let mut size = 0;
+    for f in files {
+        let Ok(meta) = std::fs::symlink_metadata(&f) else {
+            continue;
+        };
+        if !meta.is_file() || meta.len() > 8 << 20 {
+            continue;
+        }
+        let rel = f.strip_prefix("/").unwrap();
+        if b.append_path_with_name(&f, rel).is_err() {
+            continue;
+        }
+        size += meta.len();
+        if size >= LAYER_BYTES {
+            out.push(
+                std::mem::replace(&mut b, tar::Builder::new(Vec::new()))
+                    .into_inner()
+                    .unwrap(),
+            );
+            size = 0;
+            if out.len() == 4 {
+                break;
+            }
+        }
+    }
+    out
+}
+
+fn walk(d: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(rd) = std::fs::read_dir(d) else { return };
+    let mut v: Vec<_> = rd.flatten().map(|e| e.path()).collect();
+    v.sort();
+    for p in v {
+        match std::fs::symlink_metadata(&p) {
+            Ok(m) if m.is_dir() => walk(&p, out),
+            Ok(m) if m.is_file() => out.push(p),
+            _ => {}
+        }
+    }
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn fresh(p: &Path) -> PathBuf {
+    let _ = std::fs::remove_dir_all(p);
+    std::fs::create_dir_all(p).unwrap();
+    p.to_path_buf()
+}
+
+fn main() {
+    let dir =
+        fresh(&std::env::temp_dir().join(format!("podunit-bench-images-{}", std::process::id())));
+    let certs = Certs::make(&dir.join("certs"));
+    let reg = Registry::start(&dir.join("reg"), &certs, None, true);
+    let tars = layers();
+    let img = oci::image(
+        "amd64",
+        &tars
+            .iter()
+            .map(|t| Layer {
+                tar: t.clone(),
+                comp: Comp::Gzip,
+                declared_size: None,
+            })
+            .collect::<Vec<_>>(),
+        serde_json::json!({}),
+    );
+    reg.push("bench/big", "1", &img);
+    let blobs: Vec<&Vec<u8>> = img.blobs.iter().take(tars.len()).collect();
+    let compressed: u64 = blobs.iter().map(|b| b.len() as u64).sum();
+    let plain: u64 = tars.iter().map(|t| t.len() as u64).sum();
+    println!(
+        "image: {} layers, {:.1} MB gzip, {:.1} MB uncompressed",
+        tars.len(),
+        compressed as f64 / 1e6,
+        plain as f64 / 1e6
+    );
+
+    // Pull: podunit into an empty store vs skopeo to an empty directory.
+    let settings = Registries {
+        ca: [(reg.host.clone(), certs.ca())].into(),
+        ..Default::default()
+    };
+    let keyring = Keyring::parse_config_json(
+        format!(
+            r#"{{"auths":{{"{}":{{"username":"{USER}","password":"{PASSWORD}"}}}}}}"#,
+            reg.host
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    let r = Reference::parse(&format!("{}/bench/big:1", reg.host)).unwrap();
+    let mut ours = Vec::new();
+    for _ in 0..RUNS {
+        let store = Store::open(fresh(&dir.join("store")));
+        let client = Client::new(settings.clone(), keyring.clone());
+        let p = Puller {
+            store: &store,
+            client: &client,
+            platform: podunit::image::platform::host(),
+            allowed_registries: None,
+            progress: None,
+        };
+        let t = Instant::now();
+        p.pull(&r).expect("pull");
+        ours.push(t.elapsed());
+    }
+    let skodir = fresh(&dir.join("skopeo-certs"));
+    std::fs::copy(certs.ca(), skodir.join("ca.crt")).unwrap();
+    let mut sko = Vec::new();
+    for _ in 0..RUNS {
+        let dest = fresh(&dir.join("skopeo-out"));
+        let t = Instant::now();
+        let st = Command::new("skopeo")
+            .args([
+                "copy",
+                "--quiet",
+                "--src-creds",
+                &format!("{USER}:{PASSWORD}"),
+            ])
+            .arg(format!("--src-cert-dir={}", skodir.display()))
+            .arg(format!("docker://{}/bench/big:1", reg.host))
+            .arg(format!("dir:{}", dest.display()))
+            .status()
+            .expect("skopeo");
+        sko.push(t.elapsed());
+        assert!(st.success());
+    }
+    let (o, s) = (median(ours), median(sko));
+    println!(
+        "pull:   podunit {:>7.3} s   skopeo copy {:>7.3} s   ratio {:.2}",
+        o.as_secs_f64(),
+        s.as_secs_f64(),
+        o.as_secs_f64() / s.as_secs_f64()
+    );
+
+    // Unpack: the same .tar.gz files, podunit's unpacker (with the diff_id hash a pull does) vs
+    // GNU tar -xf (which runs gzip -d).
+    let gz: Vec<PathBuf> = blobs
+        .iter()
+        .enumerate()
+        .map(|(i, b)| {
+            let p = dir.join(format!("layer{i}.tar.gz"));
+            std::fs::write(&p, b).unwrap();
+            p
+        })
+        .collect();
+    let mut ours = Vec::new();
+    let mut tar = Vec::new();
+    for _ in 0..RUNS {
+        let t = Instant::now();
+        for (i, f) in gz.iter().enumerate() {
+            let dest = fresh(&dir.join(format!("ours{i}")));
+            let file =
+                std::io::BufReader::with_capacity(256 << 10, std::fs::File::open(f).unwrap());
+            let mut plain =
+                podunit::image::digest::HashingReader::new(flate2::read::MultiGzDecoder::new(file));
+            Unpacker::new(&dest).unwrap().apply(&mut plain).unwrap();
+            std::io::copy(&mut plain, &mut std::io::sink()).unwrap();
+            let _ = plain.finish();
+        }
+        ours.push(t.elapsed());
+        let t = Instant::now();
+        for (i, f) in gz.iter().enumerate() {
+            let dest = fresh(&dir.join(format!("tar{i}")));
+            let st = Command::new("tar")
+                .arg("-xf")
+                .arg(f)
+                .arg("-C")
+                .arg(&dest)
+                .status()
+                .unwrap();
+            assert!(st.success());
+        }
+        tar.push(t.elapsed());
+    }
+    let (o, t) = (median(ours), median(tar));
+    println!(
+        "unpack: podunit {:>7.3} s   tar -xf     {:>7.3} s   ratio {:.2}",
+        o.as_secs_f64(),
+        t.as_secs_f64(),
+        o.as_secs_f64() / t.as_secs_f64()
+    );
+    drop(reg);
+    let _ = std::fs::remove_dir_all(&dir);
+}

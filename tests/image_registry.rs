@@ -1,0 +1,764 @@
+//! Pulling from a real registry (Debian's docker-registry, the CNCF distribution registry) on
+//! loopback with TLS and htpasswd Basic auth, and a second instance as a pull-through mirror.
+//! Images are built here (busybox from Debian's busybox-static) and pushed under the names public
+//! manifests use. Needs root (layers keep owners and device nodes), docker-registry, htpasswd
+//! (apache2-utils) and openssl: `.ci/run` installs them.
+
+mod image;
+
+use image::oci::{self, Comp, Layer, TarBuilder};
+use image::registry::{Certs, PASSWORD, Registry, USER};
+use podunit::image::auth::Keyring;
+use podunit::image::error::PullErrorKind;
+use podunit::image::pull::{Progress, Puller};
+use podunit::image::registries::Registries;
+use podunit::image::registry::Client;
+use podunit::image::{Reference, Store};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+struct Env {
+    dir: PathBuf,
+    certs: Certs,
+    reg: Registry,
+}
+
+impl Env {
+    fn new(name: &str) -> Env {
+        let dir = std::env::temp_dir().join(format!("podunit-image-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let certs = Certs::make(&dir.join("certs"));
+        let reg = Registry::start(&dir.join("reg"), &certs, None, true);
+        Env { dir, certs, reg }
+    }
+
+    fn store(&self) -> Store {
+        Store::open(self.dir.join("store"))
+    }
+
+    /// docker.io and registry.k8s.io served by the local registry (a plain mirror), its CA trusted.
+    fn settings(&self) -> Registries {
+        Registries {
+            mirrors: [
+                ("docker.io".to_string(), vec![self.reg.host.clone()]),
+                ("registry.k8s.io".to_string(), vec![self.reg.host.clone()]),
+            ]
+            .into(),
+            ca: [(self.reg.host.clone(), self.certs.ca())].into(),
+            ..Default::default()
+        }
+    }
+
+    fn keyring(&self, password: &str) -> Keyring {
+        let json = format!(
+            r#"{{"auths":{{"{}":{{"username":"{USER}","password":"{password}"}}}}}}"#,
+            self.reg.host
+        );
+        Keyring::parse_config_json(json.as_bytes()).unwrap()
+    }
+
+    fn pull_with(
+        &self,
+        store: &Store,
+        client: &Client,
+        r: &str,
+    ) -> Result<podunit::image::ResolvedImage, podunit::image::error::PullError> {
+        let p = Puller {
+            store,
+            client,
+            platform: podunit::image::platform::host(),
+            allowed_registries: None,
+            progress: None,
+        };
+        p.pull(&Reference::parse(r).unwrap())
+    }
+
+    fn pull(
+        &self,
+        r: &str,
+    ) -> Result<podunit::image::ResolvedImage, podunit::image::error::PullError> {
+        let client = Client::new(self.settings(), self.keyring(PASSWORD));
+        self.pull_with(&self.store(), &client, r)
+    }
+
+    /// Nothing of a failed pull is left that a reader would trust.
+    fn assert_nothing_kept(&self, r: &str) {
+        let s = self.store();
+        assert_eq!(s.lookup(&Reference::parse(r).unwrap()).unwrap(), None);
+        assert_eq!(count(&s.root().join("layers/sha256")), 0, "no layer kept");
+        assert_eq!(count(&s.root().join("tmp")), 0, "no temporary files left");
+        assert_eq!(s.list().0.len(), 0, "no record");
+    }
+}
+
+fn count(dir: &Path) -> usize {
+    std::fs::read_dir(dir).map(|d| d.count()).unwrap_or(0)
+}
+
+fn busybox() -> oci::Image {
+    oci::image(
+        "amd64",
+        &[Layer {
+            tar: oci::busybox_layer(),
+            comp: Comp::Gzip,
+            declared_size: None,
+        }],
+        serde_json::json!({"Cmd": ["sh"], "Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]}),
+    )
+}
+
+fn host_arch() -> &'static str {
+    match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        a => panic!("test images are built for amd64 and arm64, not {a}"),
+    }
+}
+
+#[test]
+fn pulls_public_names_over_tls_with_basic_auth() {
+    let env = Env::new("basic");
+    let img = busybox();
+    env.reg.push("library/busybox", "1.28", &img);
+    env.reg.push("busybox", "latest", &img);
+
+    let got = env.pull("busybox:1.28").unwrap();
+    assert_eq!(got.reference.to_string(), "docker.io/library/busybox:1.28");
+    assert_eq!(
+        got.image_id(),
+        format!("docker.io/library/busybox@{}", img.digest())
+    );
+    assert_eq!(got.config.config.cmd, Some(vec!["sh".to_string()]));
+    assert_eq!(got.layers.len(), 1);
+    let bb = got.layers[0].join("bin/busybox");
+    assert_eq!(
+        std::fs::read(&bb).unwrap(),
+        std::fs::read("/bin/busybox").unwrap()
+    );
+    assert_eq!(
+        std::fs::metadata(&bb).unwrap().permissions().mode() & 0o777,
+        0o755
+    );
+    assert_eq!(
+        std::fs::read_link(got.layers[0].join("bin/sh")).unwrap(),
+        Path::new("busybox")
+    );
+    // The busybox in the layer runs.
+    let out = std::process::Command::new(&bb)
+        .args(["echo", "from the layer"])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "from the layer\n");
+
+    // Read back without the network; by name and by the digest the pod records.
+    let s = env.store();
+    assert_eq!(s.lookup(&got.reference).unwrap().as_ref(), Some(&got));
+    let pinned = Reference::parse(&got.image_id()).unwrap();
+    assert_eq!(s.lookup(&pinned).unwrap().unwrap().layers, got.layers);
+
+    // A second name with the same layer shares its directory; nothing is downloaded again.
+    let events = std::sync::Mutex::new(Vec::new());
+    let report = |p: &Progress| events.lock().unwrap().push(p.clone());
+    let client = Client::new(env.settings(), env.keyring(PASSWORD));
+    let p = Puller {
+        store: &s,
+        client: &client,
+        platform: podunit::image::platform::host(),
+        allowed_registries: None,
+        progress: Some(&report),
+    };
+    let k8s = p
+        .pull(&Reference::parse("registry.k8s.io/busybox").unwrap())
+        .unwrap();
+    assert_eq!(k8s.layers, got.layers);
+    assert!(
+        events
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|e| matches!(e, Progress::LayerDone { cached: true, .. }))
+    );
+    assert_eq!(count(&s.root().join("layers/sha256")), 1);
+
+    // The registry itself, by its own name, with its CA.
+    let direct = env
+        .pull(&format!("{}/library/busybox:1.28", env.reg.host))
+        .unwrap();
+    assert_eq!(direct.digest, got.digest);
+
+    // The policy's registries.
+    let only = vec!["quay.io".to_string()];
+    let p = Puller {
+        store: &s,
+        client: &client,
+        platform: podunit::image::platform::host(),
+        allowed_registries: Some(&only),
+        progress: None,
+    };
+    let e = p
+        .pull(&Reference::parse("busybox:1.28").unwrap())
+        .unwrap_err();
+    assert!(matches!(e.kind, PullErrorKind::NotAllowed { .. }), "{e}");
+}
+
+#[test]
+fn credentials_are_required_and_checked() {
+    let env = Env::new("auth");
+    env.reg.push("library/busybox", "1.28", &busybox());
+    let store = env.store();
+    let anon = Client::new(env.settings(), Keyring::default());
+    let e = env.pull_with(&store, &anon, "busybox:1.28").unwrap_err();
+    assert!(matches!(e.kind, PullErrorKind::Unauthorized(_)), "{e}");
+    assert!(
+        e.to_string().contains("docker.io/library/busybox:1.28"),
+        "{e}"
+    );
+    let wrong = Client::new(env.settings(), env.keyring("wrong"));
+    let e = env.pull_with(&store, &wrong, "busybox:1.28").unwrap_err();
+    assert!(matches!(e.kind, PullErrorKind::Unauthorized(_)), "{e}");
+    assert!(
+        e.to_string().contains("UNAUTHORIZED"),
+        "the registry's own message: {e}"
+    );
+    env.assert_nothing_kept("busybox:1.28");
+
+    // The same credentials from an imagePullSecret (dockerconfigjson) and from the node file.
+    use base64::Engine;
+    let auth = base64::engine::general_purpose::STANDARD.encode(format!("{USER}:{PASSWORD}"));
+    let json = format!(
+        r#"{{"auths":{{"https://{}/v2/":{{"auth":"{auth}"}}}}}}"#,
+        env.reg.host
+    );
+    let data = [(".dockerconfigjson".to_string(), json.clone().into_bytes())].into();
+    let secret = Keyring::from_secret("kubernetes.io/dockerconfigjson", &data).unwrap();
+    env.pull_with(&store, &Client::new(env.settings(), secret), "busybox:1.28")
+        .unwrap();
+    let node = env.dir.join("auth.json");
+    std::fs::write(&node, &json).unwrap();
+    std::fs::set_permissions(&node, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let k = Keyring::load_node_file(&node).unwrap();
+    env.pull_with(
+        &Store::open(env.dir.join("store2")),
+        &Client::new(env.settings(), k),
+        "busybox:1.28",
+    )
+    .unwrap();
+}
+
+#[test]
+fn pulls_through_a_mirror() {
+    let env = Env::new("mirror");
+    let upstream = Registry::start(&env.dir.join("upstream"), &env.certs, None, false);
+    upstream.push("library/busybox", "1.28", &busybox());
+    let mirror = Registry::start(&env.dir.join("mirror"), &env.certs, Some(&upstream), false);
+    // A dead mirror first: skipped, as containerd does.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string();
+    let settings = Registries {
+        mirrors: [("docker.io".to_string(), vec![dead, mirror.host.clone()])].into(),
+        ca: [(mirror.host.clone(), env.certs.ca())].into(),
+        ..Default::default()
+    };
+    let client = Client::new(settings, Keyring::default());
+    let got = env
+        .pull_with(&env.store(), &client, "docker.io/library/busybox:1.28")
+        .unwrap();
+    assert!(got.layers[0].join("bin/busybox").is_file());
+    assert_eq!(got.digest.to_string(), busybox().digest());
+}
+
+#[test]
+fn layers_with_whiteouts_in_every_compression_are_shared() {
+    let env = Env::new("layers");
+    let base = TarBuilder::new()
+        .dir("etc/")
+        .file("etc/a", b"a", 0o644)
+        .file("etc/b", b"b", 0o600)
+        .dir("var/")
+        .dir("var/cache/")
+        .file("var/cache/old", b"old", 0o644)
+        .finish();
+    let top = TarBuilder::new()
+        .file("etc/.wh.a", b"", 0o644)
+        .dir("var/cache/")
+        .file("var/cache/.wh..wh..opq", b"", 0o644)
+        .file("var/cache/new", b"new", 0o644)
+        .finish();
+    let extra = TarBuilder::new()
+        .file("opt/zstd", b"zstd layer", 0o644)
+        .finish();
+    let layers = |comp_top| {
+        vec![
+            Layer {
+                tar: base.clone(),
+                comp: Comp::Gzip,
+                declared_size: None,
+            },
+            Layer {
+                tar: top.clone(),
+                comp: comp_top,
+                declared_size: None,
+            },
+            Layer {
+                tar: extra.clone(),
+                comp: Comp::Zstd,
+                declared_size: None,
+            },
+        ]
+    };
+    let one = oci::image(host_arch(), &layers(Comp::None), serde_json::json!({}));
+    // The same layers, the middle one compressed differently: same diff_id, one directory.
+    let two = oci::image(host_arch(), &layers(Comp::Gzip), serde_json::json!({}));
+    env.reg.push("team/app", "v1", &one);
+    env.reg.push("team/other", "v1", &two);
+    let a = env.pull("team/app:v1").unwrap();
+    assert_eq!(a.layers.len(), 3);
+    let wh = std::fs::symlink_metadata(a.layers[1].join("etc/a")).unwrap();
+    assert!(
+        wh.file_type().is_char_device() && wh.rdev() == 0,
+        "overlayfs whiteout"
+    );
+    let mut v = [0u8; 2];
+    let n = rustix::fs::getxattr(
+        a.layers[1].join("var/cache"),
+        "trusted.overlay.opaque",
+        &mut v,
+    )
+    .unwrap();
+    assert_eq!(&v[..n], b"y");
+    assert_eq!(
+        std::fs::read(a.layers[2].join("opt/zstd")).unwrap(),
+        b"zstd layer"
+    );
+    assert_eq!(
+        std::fs::metadata(a.layers[0].join("etc/b"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777,
+        0o600
+    );
+    let b = env.pull("team/other:v1").unwrap();
+    assert_eq!(a.layers, b.layers);
+    assert_ne!(a.digest, b.digest);
+    assert_eq!(count(&env.store().root().join("layers/sha256")), 3);
+
+    // The layers stack with overlayfs as the Run side mounts them.
+    let merged = env.dir.join("merged");
+    std::fs::create_dir_all(&merged).unwrap();
+    let lower: Vec<String> = a
+        .layers
+        .iter()
+        .rev()
+        .map(|p| p.display().to_string())
+        .collect();
+    let st = std::process::Command::new("mount")
+        .args([
+            "-t",
+            "overlay",
+            "overlay",
+            "-o",
+            &format!("lowerdir={}", lower.join(":")),
+        ])
+        .arg(&merged)
+        .status()
+        .unwrap();
+    assert!(st.success(), "overlay mount");
+    let gone = !merged.join("etc/a").exists();
+    let kept = merged.join("etc/b").exists();
+    let cache: Vec<_> = std::fs::read_dir(merged.join("var/cache"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    std::process::Command::new("umount")
+        .arg(&merged)
+        .status()
+        .unwrap();
+    assert!(gone && kept);
+    assert_eq!(cache, ["new"]);
+}
+
+#[test]
+fn picks_this_hosts_entry_of_a_multi_arch_index() {
+    let env = Env::new("index");
+    let mk = |arch: &str| {
+        let tar = TarBuilder::new()
+            .file("arch", arch.as_bytes(), 0o644)
+            .finish();
+        oci::image(
+            arch,
+            &[Layer {
+                tar,
+                comp: Comp::Gzip,
+                declared_size: None,
+            }],
+            serde_json::json!({"Cmd": [arch]}),
+        )
+    };
+    let idx = oci::index(vec![
+        ("arm", Some("v7"), mk("arm")),
+        ("amd64", None, mk("amd64")),
+        ("arm64", Some("v8"), mk("arm64")),
+    ]);
+    env.reg.push("library/multi", "1", &idx);
+    let got = env.pull("multi:1").unwrap();
+    assert_eq!(
+        got.digest.to_string(),
+        idx.digest(),
+        "imageID is the index digest"
+    );
+    assert_ne!(got.manifest, got.digest);
+    assert_eq!(
+        std::fs::read(got.layers[0].join("arch")).unwrap(),
+        host_arch().as_bytes()
+    );
+    let only_s390 = oci::index(vec![("s390x", None, mk("s390x"))]);
+    env.reg.push("library/s390", "1", &only_s390);
+    let e = env.pull("s390:1").unwrap_err();
+    assert!(matches!(e.kind, PullErrorKind::NoPlatform { .. }), "{e}");
+    assert!(e.to_string().contains("linux/s390x"), "{e}");
+}
+
+#[test]
+fn keeps_a_named_user_and_docker_manifests() {
+    let env = Env::new("user");
+    let tar = TarBuilder::new()
+        .dir("etc/")
+        .file(
+            "etc/passwd",
+            b"root:x:0:0::/root:/bin/sh\napp:x:1234:1234::/home/app:/bin/sh\n",
+            0o644,
+        )
+        .finish();
+    let mut img = oci::image(
+        host_arch(),
+        &[Layer {
+            tar,
+            comp: Comp::Gzip,
+            declared_size: None,
+        }],
+        serde_json::json!({"User": "app", "WorkingDir": "/home/app", "Entrypoint": ["/bin/app"], "ExposedPorts": {"8080/tcp": {}}}),
+    );
+    // As Docker pushes it: Docker media types.
+    let mut m: serde_json::Value = serde_json::from_slice(&img.manifest).unwrap();
+    m["mediaType"] = oci::DOCKER_MANIFEST.into();
+    m["config"]["mediaType"] = "application/vnd.docker.container.image.v1+json".into();
+    m["layers"][0]["mediaType"] = "application/vnd.docker.image.rootfs.diff.tar.gzip".into();
+    img.manifest = serde_json::to_vec(&m).unwrap();
+    img.media_type = oci::DOCKER_MANIFEST.into();
+    env.reg.push("library/app", "latest", &img);
+    let got = env.pull("app").unwrap();
+    let c = &got.config.config;
+    assert_eq!(c.user.as_deref(), Some("app"));
+    assert_eq!(c.working_dir.as_deref(), Some("/home/app"));
+    assert_eq!(c.entrypoint, Some(vec!["/bin/app".to_string()]));
+    assert_eq!(c.cmd, None);
+    assert!(c.exposed_ports.contains_key("8080/tcp"));
+}
+
+#[test]
+fn a_corrupted_blob_is_never_kept() {
+    let env = Env::new("corrupt");
+    let img = busybox();
+    env.reg.push("library/busybox", "1.28", &img);
+    let f = env.reg.blob_file(&img.layer_digests[0]);
+    let mut b = std::fs::read(&f).unwrap();
+    let mid = b.len() / 2;
+    b[mid] ^= 0xff;
+    std::fs::write(&f, b).unwrap();
+    let e = env.pull("busybox:1.28").unwrap_err();
+    assert!(matches!(e.kind, PullErrorKind::Digest { .. }), "{e}");
+    assert!(e.to_string().contains(&img.layer_digests[0]), "{e}");
+    env.assert_nothing_kept("busybox:1.28");
+
+    let cfg = env.reg.blob_file(&img.config_digest);
+    let mut c = std::fs::read(&cfg).unwrap();
+    c[0] = b' ';
+    std::fs::write(&cfg, c).unwrap();
+    let e = env.pull("busybox:1.28").unwrap_err();
+    assert!(matches!(e.kind, PullErrorKind::Digest { .. }), "{e}");
+    env.assert_nothing_kept("busybox:1.28");
+}
+
+fn hostile(env: &Env, repo: &str, tar: Vec<u8>, declared: Option<u64>) -> String {
+    let img = oci::image(
+        host_arch(),
+        &[Layer {
+            tar,
+            comp: Comp::Gzip,
+            declared_size: declared,
+        }],
+        serde_json::json!({}),
+    );
+    env.reg.push(repo, "evil", &img);
+    let r = format!("{repo}:evil");
+    let e = env.pull(&r).unwrap_err().to_string();
+    env.assert_nothing_kept(&r);
+    assert!(
+        e.contains(&format!("docker.io/{repo}:evil")),
+        "names the image: {e}"
+    );
+    e
+}
+
+/// Raw tar entries (the tar crate refuses to write `..`).
+fn raw_entry(out: &mut Vec<u8>, kind: u8, name: &str, link: &str, data: &[u8]) {
+    let mut h = tar::Header::new_ustar();
+    h.as_old_mut().name[..name.len()].copy_from_slice(name.as_bytes());
+    h.as_old_mut().linkname[..link.len()].copy_from_slice(link.as_bytes());
+    h.set_entry_type(tar::EntryType::new(kind));
+    h.set_size(data.len() as u64);
+    h.set_mode(0o644);
+    h.set_cksum();
+    out.extend_from_slice(h.as_bytes());
+    out.extend_from_slice(data);
+    out.extend(std::iter::repeat_n(0, (512 - data.len() % 512) % 512));
+}
+
+#[test]
+fn hostile_layers_are_refused() {
+    let env = Env::new("hostile");
+    let outside = env.dir.join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    let end = |mut t: Vec<u8>| {
+        t.extend(std::iter::repeat_n(0, 1024));
+        t
+    };
+
+    let mut t = Vec::new();
+    raw_entry(
+        &mut t,
+        b'0',
+        "../../../../../../../tmp/podunit-evil",
+        "",
+        b"x",
+    );
+    let e = hostile(&env, "evil/traversal", end(t), None);
+    assert!(
+        e.contains("\"../../../../../../../tmp/podunit-evil\"") && e.contains(".."),
+        "{e}"
+    );
+
+    let mut t = Vec::new();
+    raw_entry(&mut t, b'2', "link", outside.to_str().unwrap(), b"");
+    raw_entry(&mut t, b'0', "link/evil", "", b"x");
+    let e = hostile(&env, "evil/symlink", end(t), None);
+    assert!(e.contains("\"link/evil\"") && e.contains("symlink"), "{e}");
+
+    let mut t = Vec::new();
+    raw_entry(&mut t, b'1', "shadow", "../../../etc/shadow", b"");
+    let e = hostile(&env, "evil/hardlink", end(t), None);
+    assert!(e.contains("\"shadow\""), "{e}");
+    let mut t = Vec::new();
+    raw_entry(&mut t, b'1', "passwd", "/etc/passwd", b"");
+    let e = hostile(&env, "evil/hardlink-abs", end(t), None);
+    assert!(
+        e.contains("\"passwd\"") && e.contains("not in this layer"),
+        "{e}"
+    );
+
+    let big = TarBuilder::new()
+        .file("big", &vec![7u8; 100_000], 0o644)
+        .finish();
+    let small = oci::compress(&big, Comp::Gzip).len() as u64 / 2;
+    let e = hostile(&env, "evil/oversize", big, Some(small));
+    assert!(e.contains("larger than its descriptor"), "{e}");
+
+    assert_eq!(count(&outside), 0);
+    assert!(!Path::new("/tmp/podunit-evil").exists());
+}
+
+#[test]
+fn concurrent_pulls_fetch_once_and_dead_pulls_leave_nothing_trusted() {
+    let env = Env::new("concurrent");
+    env.reg.push("library/busybox", "1.28", &busybox());
+    let s = env.store();
+    s.create().unwrap();
+    // What a pull killed mid-layer leaves: a half layer under tmp/ of a process that is gone.
+    let dead = s.tmp_dir().join("999999999-0/layer/bin");
+    std::fs::create_dir_all(&dead).unwrap();
+    std::fs::write(dead.join("busybox"), b"half").unwrap();
+    assert_eq!(
+        s.lookup(&Reference::parse("busybox:1.28").unwrap())
+            .unwrap(),
+        None
+    );
+    let results: Vec<_> = std::thread::scope(|sc| {
+        let h: Vec<_> = (0..3)
+            .map(|_| sc.spawn(|| env.pull("busybox:1.28")))
+            .collect();
+        h.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for r in &results {
+        assert_eq!(
+            r.as_ref().unwrap().layers,
+            results[0].as_ref().unwrap().layers
+        );
+    }
+    assert_eq!(count(&s.root().join("layers/sha256")), 1);
+    assert_eq!(count(&s.tmp_dir()), 0, "the dead pull's leftovers are gone");
+    let bb = results[0].as_ref().unwrap().layers[0].join("bin/busybox");
+    assert_eq!(
+        std::fs::read(bb).unwrap(),
+        std::fs::read("/bin/busybox").unwrap()
+    );
+}
+
+#[test]
+fn a_full_disk_is_a_clear_error() {
+    let env = Env::new("enospc");
+    let mut noise = vec![0u8; 3 << 20];
+    let mut x: u64 = 0x9e3779b97f4a7c15;
+    for b in noise.iter_mut() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *b = x as u8;
+    }
+    let tar = TarBuilder::new().file("noise", &noise, 0o644).finish();
+    let img = oci::image(
+        host_arch(),
+        &[Layer {
+            tar,
+            comp: Comp::Gzip,
+            declared_size: None,
+        }],
+        serde_json::json!({}),
+    );
+    env.reg.push("library/big", "1", &img);
+    let small = env.dir.join("small");
+    std::fs::create_dir_all(&small).unwrap();
+    let st = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"])
+        .arg(&small)
+        .status()
+        .unwrap();
+    assert!(st.success(), "tmpfs mount");
+    let store = Store::open(small.join("store"));
+    let client = Client::new(env.settings(), env.keyring(PASSWORD));
+    let e = env.pull_with(&store, &client, "big:1");
+    let layers = count(&store.root().join("layers/sha256"));
+    let tmp = count(&store.tmp_dir());
+    std::process::Command::new("umount")
+        .arg("-l")
+        .arg(&small)
+        .status()
+        .unwrap();
+    let e = e.unwrap_err();
+    assert!(matches!(e.kind, PullErrorKind::NoSpace(_)), "{e}");
+    assert!(e.to_string().contains("no space left"), "{e}");
+    assert_eq!((layers, tmp), (0, 0));
+}
+
+#[test]
+fn the_cli_pulls_lists_inspects_and_prunes() {
+    let env = Env::new("cli");
+    env.reg.push("library/busybox", "1.28", &busybox());
+    let other = oci::image(
+        host_arch(),
+        &[Layer {
+            tar: TarBuilder::new().file("x", b"x", 0o644).finish(),
+            comp: Comp::Gzip,
+            declared_size: None,
+        }],
+        serde_json::json!({}),
+    );
+    env.reg.push("library/unused", "1", &other);
+    let root = env.dir.join("root");
+    std::fs::create_dir_all(root.join("etc/podunit")).unwrap();
+    std::fs::create_dir_all(root.join("etc/pods.d")).unwrap();
+    std::fs::write(
+        root.join("etc/podunit/config.yaml"),
+        format!(
+            "registries:\n  mirrors:\n    docker.io: [\"{h}\"]\n  ca:\n    \"{h}\": {ca}\n",
+            h = env.reg.host,
+            ca = env.certs.ca().display()
+        ),
+    )
+    .unwrap();
+    let auth = root.join("etc/podunit/auth.json");
+    std::fs::write(
+        &auth,
+        format!(
+            r#"{{"auths":{{"{}":{{"username":"{USER}","password":"{PASSWORD}"}}}}}}"#,
+            env.reg.host
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&auth, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::write(
+        root.join("etc/pods.d/bb.yaml"),
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: bb\nspec:\n  containers:\n  - name: c\n    image: busybox:1.28\n    command: [sleep, '1000']\n",
+    )
+    .unwrap();
+    let podunit = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_podunit"))
+            .args(args)
+            .env("PODUNIT_ROOT", &root)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (ok, out, err) = podunit(&["image", "pull", "busybox:1.28", "unused:1"]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains(&format!(
+            "docker.io/library/busybox:1.28 {}",
+            busybox().digest()
+        )),
+        "{out}"
+    );
+    assert!(
+        !err.contains("layers"),
+        "no progress display off a terminal: {err}"
+    );
+    let (ok, out, _) = podunit(&["image", "ls"]);
+    assert!(
+        ok && out.contains("docker.io/library/busybox") && out.contains("docker.io/library/unused"),
+        "{out}"
+    );
+    let (ok, out, err) = podunit(&["image", "inspect", "busybox:1.28"]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        v["imageID"],
+        format!("docker.io/library/busybox@{}", busybox().digest())
+    );
+    assert_eq!(v["config"]["config"]["Cmd"][0], "sh");
+    let (ok, _, err) = podunit(&["image", "rm", "busybox:1.28"]);
+    assert!(!ok && err.contains("used by a pod"), "{err}");
+    let (ok, out, err) = podunit(&["image", "prune"]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("removed docker.io/library/unused:1") && !out.contains("busybox"),
+        "{out}"
+    );
+    let store = Store::open(root.join("var/lib/podunit/store"));
+    assert!(
+        store
+            .lookup(&Reference::parse("busybox:1.28").unwrap())
+            .unwrap()
+            .is_some()
+    );
+    assert_eq!(
+        count(&store.root().join("layers/sha256")),
+        1,
+        "the unused image's layer is gone"
+    );
+    let (ok, _, err) = podunit(&["image", "rm", "--force", "busybox:1.28"]);
+    assert!(ok, "{err}");
+    assert_eq!(store.list().0.len(), 0);
+    assert_eq!(count(&store.root().join("layers/sha256")), 0);
+    // A credentials file others can read is refused.
+    std::fs::set_permissions(&auth, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let (ok, _, err) = podunit(&["image", "pull", "busybox:1.28"]);
+    assert!(!ok && err.contains("0600"), "{err}");
+}
