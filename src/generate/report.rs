@@ -168,7 +168,7 @@ mod tests {
     use super::*;
     use crate::common::paths::Source;
 
-    const BAD: &str = "apiVersion: v1\nkind: Pod\nmetadata: {name: typo}\nspec:\n  containers:\n  - {name: a, image: host, comand: [x]}\n  - {name: b, image: host, command: [y], foo: 1}\n";
+    const BAD: &str = "apiVersion: v1\nkind: Pod\nmetadata: {name: typo}\nspec:\n  containers:\n  - {name: a, image: host, comand: [x]}\n  - {name: b, image: host, command: [run], foo: 1}\n";
 
     fn catalog() -> Catalog {
         let mut c = Catalog::default();
