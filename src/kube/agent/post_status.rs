@@ -113,9 +113,12 @@ impl Worker {
     }
 
     pub(super) fn post_statuses(&mut self, mut due: Due) {
-        if due.reloaded && !due.all {
-            let changed = self.changed_by_reload();
-            due.pods.extend(changed);
+        // A reload is resolved into the pods it changed; with everything due, it adds nothing.
+        if due.reloaded {
+            if !due.all {
+                let changed = self.changed_by_reload();
+                due.pods.extend(changed);
+            }
             due.reloaded = false;
         }
         let keys: Vec<(String, String)> = if due.all {
