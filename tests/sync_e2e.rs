@@ -5,31 +5,10 @@ mod support;
 
 use support::nspawn::Machine;
 use support::pods::{
-    Probe, SOON, ctr_unit, failed_podunit_units, known_units, pod_unit, wait_state,
+    Probe, SOON, ctr_unit, failed_podunit_units, known_units, pod_unit, start_sync, wait_state,
 };
 
 const NS: &str = "default";
-
-/// What podunit-sync.service does, for machines whose packaging/ does not ship it yet.
-const SYNC_STAND_IN: &str = "[Unit]\nDescription=podunit-sync (test stand-in)\nAfter=dbus.service\n\
-[Service]\nType=notify\nExecStart=/usr/bin/podunit-sync\nRestart=always\nRestartSec=1\n";
-
-/// (Re)starts podunit-sync (the package's unit, or the stand-in) and waits until it is ready. A
-/// restart, not a start: the package enables it at boot, and the tests need its start-time work
-/// (configuration, spool check) to see what they prepared.
-fn start_sync(m: &Machine) {
-    if m.read("/usr/lib/systemd/system/podunit-sync.service")
-        .is_none()
-    {
-        m.write(
-            "/etc/systemd/system/podunit-sync.service",
-            SYNC_STAND_IN.as_bytes(),
-        );
-        m.daemon_reload();
-    }
-    m.sh_ok("systemctl restart podunit-sync.service");
-    wait_state(m, "podunit-sync.service", &["active"]);
-}
 
 /// How many reconciles podunit-sync has logged in this boot.
 fn reconciles(m: &Machine) -> usize {
