@@ -94,7 +94,11 @@ packages: deb rpm
 test-packaging: packages
 	$(CARGO) test --test packaging --test packaging_e2e
 
+# Builds what it installs first, so a fresh clone installs too; without cargo (root's PATH under
+# sudo), installs what an earlier `make stage` left.
 install:
+	@if command -v $(CARGO) >/dev/null; then $(MAKE) --no-print-directory stage; \
+	else echo "make install: no $(CARGO) on PATH: installing what make stage built before" >&2; fi
 	DESTDIR="$(DESTDIR)" PREFIX="$(PREFIX)" packaging/install.sh install
 
 uninstall:
