@@ -219,14 +219,16 @@ mod tests {
             containers: containers
                 .iter()
                 .enumerate()
-                .map(|(i, (name, kind))| crate::localsync::generator_output::GeneratedContainer {
-                    name: name.to_string(),
-                    unit: format!("u{i}"),
-                    kind: *kind,
-                    order: i,
-                    restart: "always".into(),
-                    stop_timeout_s: None,
-                })
+                .map(
+                    |(i, (name, kind))| crate::localsync::generator_output::GeneratedContainer {
+                        name: name.to_string(),
+                        unit: format!("u{i}"),
+                        kind: *kind,
+                        order: i,
+                        restart: "always".into(),
+                        stop_timeout_s: None,
+                    },
+                )
                 .collect(),
             source_path: None,
             hash: String::new(),

@@ -3,6 +3,7 @@
 # Built once and cached outside the repository; a no-op when it already exists.
 #   PODUNIT_TEST_ROOTFS  where it lives (default /var/cache/podunit-test/rootfs-bookworm)
 #   PODUNIT_TEST_MIRROR  Debian mirror (default: the host's, from its apt sources)
+#   V=1                  show debootstrap's output (else only its last lines, if it fails)
 #   make-rootfs.sh --print-mirror   prints the mirror it would use, and exits
 # The build goes to a temporary directory next to the target and is renamed at the end, so an
 # interrupted build never leaves a half-made rootfs behind that later runs would trust.
@@ -110,7 +111,15 @@ fi
 tmp=$(mktemp -d "$parent/.rootfs-build.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 echo "make-rootfs: building $ROOTFS (debootstrap $SUITE from $MIRROR, about a minute)" >&2
-debootstrap --variant=minbase --include="$PACKAGES" "$SUITE" "$tmp/rootfs" "$MIRROR" >&2
+# debootstrap says some 500 lines: only with V=1, or its last ones when it fails.
+if [ "${V:-}" = 1 ]; then
+    debootstrap --variant=minbase --include="$PACKAGES" "$SUITE" "$tmp/rootfs" "$MIRROR" >&2
+elif ! debootstrap --variant=minbase --include="$PACKAGES" "$SUITE" "$tmp/rootfs" "$MIRROR" \
+    >"$tmp/debootstrap.log" 2>&1; then
+    tail -n 40 "$tmp/debootstrap.log" >&2
+    echo "make-rootfs: debootstrap failed (its last lines above; V=1 shows all)" >&2
+    exit 1
+fi
 grep -q '^passwd:.*systemd' "$tmp/rootfs/etc/nsswitch.conf" || {
     echo "make-rootfs: nss-systemd is not enabled in nsswitch.conf" >&2
     exit 1
