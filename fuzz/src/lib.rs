@@ -96,6 +96,7 @@ const KEYS: &[&str] = &[
     "RemainAfterExit",
     "Requires",
     "Restart",
+    "RestartForceExitStatus",
     "RestartMaxDelaySec",
     "RestartSec",
     "RestartSteps",
