@@ -68,6 +68,7 @@ const KEYS: &[&str] = &[
     "EnvironmentFile",
     "ExecStart",
     "ExecStartPost",
+    "ExecStartPre",
     "ExecStop",
     "ExecStopPost",
     "Group",
@@ -677,11 +678,13 @@ pub fn check_pod(entry: &PodEntry, units: &PodUnits, node: &NodeFacts) {
                     .unwrap_or_else(|err| panic!("{unit}: {key}={v:?} does not parse: {err}"));
                 assert_eq!(b.len(), 1, "{unit}: {key}={v:?} holds {} entries", b.len());
                 let b = &b[0];
-                assert!(!b.ignore_enoent && b.recursive, "{unit}: {key}={v:?}");
-                binds.push((b.source.clone(), b.destination.clone()));
+                assert!(b.recursive, "{unit}: {key}={v:?}");
+                // `-` (missing source skipped) only on a subPath, which ExecStartPre= makes.
+                binds.push((b.source.clone(), b.destination.clone(), b.ignore_enoent));
             }
         }
         let mut want_binds = Vec::new();
+        let mut want_pre = Vec::new();
         for m in c.volume_mounts.iter().flatten() {
             let plan = units
                 .plan
@@ -690,15 +693,37 @@ pub fn check_pod(entry: &PodEntry, units: &PodUnits, node: &NodeFacts) {
                 .find(|p| p.name == m.name)
                 .expect("a mounted volume is planned");
             let mut src = plan.path.clone();
-            if let Some(sp) = m.sub_path.as_deref().filter(|s| !s.is_empty()) {
+            let sub = m.sub_path.as_deref().filter(|s| !s.is_empty());
+            if let Some(sp) = sub {
                 src = format!("{}/{}", src.trim_end_matches('/'), sp.trim_matches('/'));
+                want_pre.push(vec![
+                    node.podunit_bin.clone(),
+                    "subpath".to_string(),
+                    plan.path.clone(),
+                    sp.trim_matches('/').to_string(),
+                ]);
             }
             let dst = m.mount_path.trim_end_matches('/');
-            want_binds.push((src, if dst.is_empty() { "/" } else { dst }.to_string()));
+            let dst = if dst.is_empty() { "/" } else { dst }.to_string();
+            want_binds.push((src, dst, sub.is_some()));
         }
         binds.sort();
         want_binds.sort();
         assert_eq!(binds, want_binds, "{unit}: BindPaths=");
+        // A subPath is made by podunit's own helper, privileged, with the literal subPath.
+        let mut pre = Vec::new();
+        for v in values(&e, "ExecStartPre") {
+            let cmd = parse::exec_line(v)
+                .unwrap_or_else(|err| panic!("{unit}: ExecStartPre={v:?} does not parse: {err}"));
+            assert_eq!(cmd.prefixes, "+", "{unit}: ExecStartPre={v:?}");
+            pre.push(
+                parse::expand_argv(&cmd.argv, &[])
+                    .unwrap_or_else(|err| panic!("{unit}: ExecStartPre={v:?}: {err}")),
+            );
+        }
+        pre.sort();
+        want_pre.sort();
+        assert_eq!(pre, want_pre, "{unit}: ExecStartPre=");
         for key in ["RootDirectory", "RootImage"] {
             if let Some(v) = one(&unit, &e, key) {
                 let p = plain(&unit, key, v);
