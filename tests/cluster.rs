@@ -434,6 +434,16 @@ impl Env {
         }
     }
 
+    /// Pod `name` runs after a wait: spooled, and nothing is held back for `podunit status`.
+    fn runs_once_held_no_more(&self, name: &str) {
+        self.wait_phase(name, "Running");
+        assert!(self.spool_file(name).exists(), "{name} is spooled");
+        assert!(
+            self.held(name).is_none(),
+            "{name} spooled: nothing held back any more"
+        );
+    }
+
     fn wait_phase(&self, name: &str, phase: &str) -> Pod {
         wait_for(&format!("{name} in phase {phase}"), || {
             self.get_pod(name)
@@ -1320,12 +1330,7 @@ fn a_pod_whose_image_is_not_on_the_node_waits_with_err_image_never_pull() {
             .join("host/var/lib/podunit/images/registry.example/app/1.0/rootfs"),
     )
     .unwrap();
-    env.wait_phase("noimg", "Running");
-    assert!(env.spool_file("noimg").exists());
-    assert!(
-        env.held("noimg").is_none(),
-        "spooled: nothing held back any more"
-    );
+    env.runs_once_held_no_more("noimg");
 }
 
 /// The cluster-mode half of "a pod waiting on something is in `podunit status`": a ConfigMap the
@@ -1396,12 +1401,7 @@ fn a_pod_whose_config_map_is_missing_waits_and_says_which() {
             &json!({"metadata": {"name": "app-config"}, "data": {"level": "debug"}}),
         )
         .unwrap();
-    env.wait_phase("app", "Running");
-    assert!(env.spool_file("app").exists());
-    assert!(
-        env.held("app").is_none(),
-        "spooled: nothing held back any more"
-    );
+    env.runs_once_held_no_more("app");
 }
 
 #[test]

@@ -11,6 +11,7 @@ use serde_json::json;
 use support::api::{self, API_DIR, admin, join_machine_network};
 use support::nspawn::Machine;
 use support::pods::{SOON, ctr_unit, pod_unit, start_sync, wait_state};
+use support::status::status_row;
 
 const NODE: &str = "e2e-node";
 
@@ -240,15 +241,7 @@ fn cluster_volumes_follow_the_api_and_a_killed_spool_writer_leaves_no_partial_fi
             let t = m.sh_ok("podunit status");
             (t.contains("CreateContainerConfigError") && t.contains("NodeAffinity")).then_some(t)
         });
-        let row = |name: &str| -> Vec<String> {
-            status
-                .lines()
-                .find(|l| l.split_whitespace().nth(1) == Some(name))
-                .unwrap_or_else(|| panic!("no {name} row in\n{status}"))
-                .split_whitespace()
-                .map(str::to_string)
-                .collect()
-        };
+        let row = |name: &str| status_row(&status, name);
         let cfg_row = row("cfg");
         assert_eq!(
             (cfg_row[2].as_str(), cfg_row[3].as_str()),

@@ -152,7 +152,10 @@ fn ls(store: &Store) -> Result<(), String> {
     let (records, errs) = store.list();
     outln!(
         "{:<60} {:<20} {:<15} {:>6}",
-        "IMAGE", "TAG", "DIGEST", "LAYERS"
+        "IMAGE",
+        "TAG",
+        "DIGEST",
+        "LAYERS"
     );
     for rec in &records {
         let Ok(r) = Reference::parse(&rec.reference) else {
