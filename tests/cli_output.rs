@@ -82,6 +82,11 @@ fn a_closed_pipe_ends_output_quietly() {
             &into_closed_pipe(check, stream),
         );
     }
+
+    // image ls prints its header even for an empty store (under a scratch root).
+    let mut ls = podunit();
+    ls.args(["image", "ls"]).env("PODUNIT_ROOT", &dir);
+    ends_quietly("image ls | (closed)", &into_closed_pipe(ls, "stdout"));
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -434,6 +434,16 @@ impl Env {
         }
     }
 
+    /// Pod `name` runs after a wait: spooled, and nothing is held back for `podunit status`.
+    fn runs_once_held_no_more(&self, name: &str) {
+        self.wait_phase(name, "Running");
+        assert!(self.spool_file(name).exists(), "{name} is spooled");
+        assert!(
+            self.held(name).is_none(),
+            "{name} spooled: nothing held back any more"
+        );
+    }
+
     fn wait_phase(&self, name: &str, phase: &str) -> Pod {
         wait_for(&format!("{name} in phase {phase}"), || {
             self.get_pod(name)
@@ -1320,12 +1330,78 @@ fn a_pod_whose_image_is_not_on_the_node_waits_with_err_image_never_pull() {
             .join("host/var/lib/podunit/images/registry.example/app/1.0/rootfs"),
     )
     .unwrap();
-    env.wait_phase("noimg", "Running");
-    assert!(env.spool_file("noimg").exists());
-    assert!(
-        env.held("noimg").is_none(),
-        "spooled: nothing held back any more"
+    env.runs_once_held_no_more("noimg");
+}
+
+/// The cluster-mode half of "a pod waiting on something is in `podunit status`": a ConfigMap the
+/// pod needs is not there yet. The kubelet's CreateContainerConfigError with its message, on the
+/// API and in what `podunit status` reads; nothing runs; the ConfigMap created, the pod runs and
+/// the wait is over in both.
+#[test]
+fn a_pod_whose_config_map_is_missing_waits_and_says_which() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let env = start_timed(
+        "missing-cm",
+        Policy::default(),
+        |c| c,
+        |t| ClusterTiming {
+            object_refresh_seconds: 2,
+            ..t
+        },
     );
+    env.create_pod(
+        "app",
+        json!({"nodeName": NODE, "automountServiceAccountToken": false,
+            "containers": [{"name": "main", "image": "host", "command": ["/bin/sleep", "1000"],
+                "env": [{"name": "LEVEL", "valueFrom": {"configMapKeyRef": {"name": "app-config", "key": "level"}}}]}]}),
+    );
+    let want = "configmap \"app-config\" not found";
+    let st = wait_for("the waiting reason", || {
+        let st = env.get_pod("app")?.status?;
+        let w = st
+            .container_statuses
+            .as_ref()?
+            .first()?
+            .state
+            .as_ref()?
+            .waiting
+            .clone()?;
+        (w.reason.as_deref() == Some("CreateContainerConfigError")).then_some((st, w))
+    });
+    let (st, waiting) = st;
+    assert_eq!(st.phase.as_deref(), Some("Pending"), "waiting, not Failed");
+    assert_eq!(waiting.message.as_deref(), Some(want));
+    assert!(!env.spool_file("app").exists(), "nothing of it runs");
+
+    // What `podunit status` shows for it: its row and why.
+    let rec = env.held("app").expect("a record for podunit status");
+    assert_eq!(
+        (rec.reason.as_str(), rec.message.as_str(), rec.refused),
+        ("CreateContainerConfigError", want, false)
+    );
+    let row = podunit::status::knownpods::unspooled(&rec);
+    assert_eq!(
+        (row.display.as_str(), row.total_containers, row.phase),
+        (
+            "CreateContainerConfigError",
+            1,
+            podunit::status::pod::Phase::Pending
+        )
+    );
+    assert_eq!(
+        podunit::status::knownpods::notes(&[row], None, None),
+        vec![format!("default/app: {want}")],
+        "the line under the table"
+    );
+
+    // The ConfigMap arrives: found at the next retry, the pod runs, and nothing is held back.
+    env.admin
+        .create::<_, ConfigMap>(
+            &client::path::<ConfigMap>(Some("default"), None),
+            &json!({"metadata": {"name": "app-config"}, "data": {"level": "debug"}}),
+        )
+        .unwrap();
+    env.runs_once_held_no_more("app");
 }
 
 #[test]

@@ -11,6 +11,7 @@ use serde_json::json;
 use support::api::{self, API_DIR, admin, join_machine_network};
 use support::nspawn::Machine;
 use support::pods::{SOON, ctr_unit, pod_unit, start_sync, wait_state};
+use support::status::status_row;
 
 const NODE: &str = "e2e-node";
 
@@ -212,17 +213,8 @@ fn cluster_volumes_follow_the_api_and_a_killed_spool_writer_leaves_no_partial_fi
     on_machine_network(&m, |api| {
         let ns = Some("default");
 
-        // A running pod's configMap and secret volumes follow the API; env and subPath do not.
-        api.create::<_, ConfigMap>(
-            &client::path::<ConfigMap>(ns, None),
-            &json!({"metadata": {"name": "app-config"}, "data": {"greeting": "hello"}}),
-        )
-        .unwrap();
-        api.create::<_, Secret>(
-            &client::path::<Secret>(ns, None),
-            &json!({"metadata": {"name": "app-secret"}, "data": {"password": "b25l"}}),
-        )
-        .unwrap();
+        // The pod comes before the ConfigMap and Secret it needs: it waits, and `podunit status`
+        // says on what. A pod this node does not fit is refused, and said there too.
         let pod = json!({"apiVersion": "v1", "kind": "Pod",
                 "metadata": {"name": "cfg", "namespace": "default"},
                 "spec": {"nodeName": NODE, "terminationGracePeriodSeconds": 5,
@@ -237,11 +229,72 @@ fn cluster_volumes_follow_the_api_and_a_killed_spool_writer_leaves_no_partial_fi
                                 {"name": "sec", "secret": {"secretName": "app-secret"}}]}});
         api.create::<_, Pod>(&client::path::<Pod>(ns, None), &pod)
             .unwrap();
+        api.create::<_, Pod>(
+            &client::path::<Pod>(ns, None),
+            &json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "elsewhere", "namespace": "default"},
+                "spec": {"nodeName": NODE, "nodeSelector": {"kubernetes.io/os": "windows"},
+                    "containers": [{"name": "main", "image": "host", "command": ["/bin/sleep", "1"]}]}}),
+        )
+        .unwrap();
+        let status = m.wait_for("podunit status to show both", SOON, || {
+            let t = m.sh_ok("podunit status");
+            (t.contains("CreateContainerConfigError") && t.contains("NodeAffinity")).then_some(t)
+        });
+        let row = |name: &str| status_row(&status, name);
+        let cfg_row = row("cfg");
+        assert_eq!(
+            (cfg_row[2].as_str(), cfg_row[3].as_str()),
+            ("0/1", "CreateContainerConfigError"),
+            "{status}"
+        );
+        assert_eq!(row("elsewhere")[3], "NodeAffinity", "{status}");
+        assert!(
+            status
+                .lines()
+                .any(|l| l == "default/cfg: configmap \"app-config\" not found"),
+            "{status}"
+        );
+        assert!(
+            status
+                .lines()
+                .any(|l| l.starts_with("default/elsewhere: Pod was rejected: ")),
+            "{status}"
+        );
+        assert!(
+            m.sh_ok("podunit status cfg")
+                .contains("CreateContainerConfigError"),
+            "one pod by name"
+        );
+
+        // They arrive: the pod runs, and its configMap and secret volumes follow the API; env
+        // and subPath do not.
+        api.create::<_, ConfigMap>(
+            &client::path::<ConfigMap>(ns, None),
+            &json!({"metadata": {"name": "app-config"}, "data": {"greeting": "hello"}}),
+        )
+        .unwrap();
+        api.create::<_, Secret>(
+            &client::path::<Secret>(ns, None),
+            &json!({"metadata": {"name": "app-secret"}, "data": {"password": "b25l"}}),
+        )
+        .unwrap();
         let unit = ctr_unit("default", "cfg", "main");
         m.wait_for("cfg Running", SOON, || {
             (phase(api, "cfg")? == "Running").then_some(())
         });
         wait_state(&m, &unit, &["active"]);
+        let status = m.sh_ok("podunit status");
+        assert!(
+            !status.contains("default/cfg:"),
+            "the wait is over: {status}"
+        );
+        assert!(
+            status
+                .lines()
+                .any(|l| l.split_whitespace().nth(1) == Some("cfg") && l.contains("Running")),
+            "{status}"
+        );
         assert_eq!(
             inside(&m, &unit, "/etc/cfg/greeting").as_deref(),
             Some("hello")

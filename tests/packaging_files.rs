@@ -265,3 +265,50 @@ fn shipped_config_documents_the_real_keys_and_defaults() {
         on.unknown_keys
     );
 }
+
+/// What `make install` would run (`make -n`; the recursive `make stage` is dry-run too).
+fn make_install_dry_run(cargo: &str) -> (String, String) {
+    let out = Command::new("make")
+        .current_dir(repo())
+        .args([
+            "-n",
+            "install",
+            &format!("CARGO={cargo}"),
+            "DESTDIR=/nonexistent/podunit-destdir",
+        ])
+        .output()
+        .expect("make");
+    assert!(out.status.success(), "make -n install: {out:?}");
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A fresh clone installs: `make install` builds and stages what it installs first. Where there is
+/// no cargo (root's PATH under sudo), it installs what an earlier `make stage` left, and says so.
+#[test]
+fn make_install_builds_what_it_installs_first() {
+    let (plan, _) = make_install_dry_run(env!("CARGO"));
+    let at = |what: &str| {
+        plan.find(what)
+            .unwrap_or_else(|| panic!("make install does not run {what:?}:\n{plan}"))
+    };
+    let install = at("packaging/install.sh install");
+    for step in [
+        "build --release -p podunit --bins",
+        "build --release -p podunit-generator",
+        "completions bash",
+        "packaging/changelog.sh",
+    ] {
+        assert!(at(step) < install, "{step} after the install:\n{plan}");
+    }
+
+    let (plan, said) = make_install_dry_run("/nonexistent/cargo");
+    assert!(!plan.contains("build --release"), "{plan}");
+    assert!(plan.contains("packaging/install.sh install"), "{plan}");
+    assert!(
+        said.contains("no /nonexistent/cargo on PATH: installing what make stage built before"),
+        "{said}"
+    );
+}

@@ -7,6 +7,7 @@ use support::nspawn::Machine;
 use support::pods::{
     Probe, SOON, ctr_unit, failed_podunit_units, known_units, pod_unit, start_sync, wait_state,
 };
+use support::status::status_row;
 
 const NS: &str = "default";
 
@@ -391,17 +392,6 @@ fn removed_pod_that_fails_while_stopping_leaves_no_failed_unit() {
         "SIGTERM came first"
     );
     assert_eq!(failed_podunit_units(&m), "");
-}
-
-/// The row of pod `name` in `podunit status`, split on whitespace.
-fn status_row(table: &str, name: &str) -> Vec<String> {
-    table
-        .lines()
-        .find(|l| l.split_whitespace().nth(1) == Some(name))
-        .unwrap_or_else(|| panic!("no {name} row in\n{table}"))
-        .split_whitespace()
-        .map(str::to_string)
-        .collect()
 }
 
 /// The pod's state and runtime directories (`/var/lib/podunit/pods/<uid>`, `/run/podunit/pods/<uid>`)

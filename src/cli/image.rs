@@ -55,7 +55,7 @@ pub fn run(a: Args) -> ExitCode {
     match res {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("podunit image: {e}");
+            errln!("podunit image: {e}");
             ExitCode::FAILURE
         }
     }
@@ -96,11 +96,11 @@ fn pull(paths: &Paths, store: &Store, images: &[String], quiet: bool) -> Result<
         match puller.pull(&r) {
             Ok(img) => {
                 bar.clear(show);
-                println!("{} {}", img.reference, img.digest);
+                outln!("{} {}", img.reference, img.digest);
             }
             Err(e) => {
                 bar.clear(show);
-                eprintln!("podunit image: {e}");
+                errln!("podunit image: {e}");
                 failed = true;
             }
         }
@@ -150,9 +150,12 @@ impl Bar {
 
 fn ls(store: &Store) -> Result<(), String> {
     let (records, errs) = store.list();
-    println!(
+    outln!(
         "{:<60} {:<20} {:<15} {:>6}",
-        "IMAGE", "TAG", "DIGEST", "LAYERS"
+        "IMAGE",
+        "TAG",
+        "DIGEST",
+        "LAYERS"
     );
     for rec in &records {
         let Ok(r) = Reference::parse(&rec.reference) else {
@@ -170,7 +173,7 @@ fn ls(store: &Store) -> Result<(), String> {
             Ok(None) => "incomplete".into(),
             Err(_) => "damaged".into(),
         };
-        println!(
+        outln!(
             "{:<60} {:<20} {:<15} {:>6}",
             r.name(),
             r.tag.as_deref().unwrap_or("<none>"),
@@ -179,7 +182,7 @@ fn ls(store: &Store) -> Result<(), String> {
         );
     }
     for e in errs {
-        eprintln!("podunit image: {e}");
+        errln!("podunit image: {e}");
     }
     Ok(())
 }
@@ -199,7 +202,7 @@ fn inspect(store: &Store, image: &str) -> Result<(), String> {
         "config": img.config,
         "layers": img.layers,
     });
-    println!("{}", serde_json::to_string_pretty(&out).expect("JSON"));
+    outln!("{}", serde_json::to_string_pretty(&out).expect("JSON"));
     Ok(())
 }
 
@@ -207,7 +210,7 @@ fn inspect(store: &Store, image: &str) -> Result<(), String> {
 fn images_in_use(paths: &Paths) -> BTreeSet<String> {
     let catalog = crate::manifest::Catalog::load(paths);
     for p in &catalog.problems {
-        eprintln!("podunit image: warning: {p}");
+        errln!("podunit image: warning: {p}");
     }
     let mut used = BTreeSet::new();
     for e in &catalog.pods {
@@ -269,10 +272,10 @@ fn rm(paths: &Paths, store: &Store, images: &[String], force: bool) -> Result<()
         for rr in records_of(store, &r)? {
             store.remove_record(&rr).map_err(|e| e.to_string())?;
         }
-        println!("removed {r}");
+        outln!("removed {r}");
     }
     let (b, l) = store.gc().map_err(|e| e.to_string())?;
-    eprintln!("freed {b} blobs and {l} layers");
+    errln!("freed {b} blobs and {l} layers");
     Ok(())
 }
 
@@ -296,9 +299,9 @@ fn prune(paths: &Paths, store: &Store) -> Result<(), String> {
             continue;
         }
         store.remove_record(&r).map_err(|e| e.to_string())?;
-        println!("removed {}", rec.reference);
+        outln!("removed {}", rec.reference);
     }
     let (b, l) = store.gc().map_err(|e| e.to_string())?;
-    eprintln!("freed {b} blobs and {l} layers");
+    errln!("freed {b} blobs and {l} layers");
     Ok(())
 }

@@ -5,3 +5,4 @@ pub mod api;
 pub mod controlplane;
 pub mod nspawn;
 pub mod pods;
+pub mod status;
