@@ -1,4 +1,4 @@
-//! Running one probe: the kubelet's probers (`pkg/probe/{tcp,http,exec}`), with their messages,
+//! Running one probe: the kubelet's probers (`pkg/probe/{tcp,http,exec,grpc}`), with their messages,
 //! so that events read as a kubelet's do. Network probes run in podunit-sync itself (pods share
 //! the host's network); exec probes run inside the container through [`super::exec`].
 
@@ -26,7 +26,10 @@ pub struct Context<'a> {
 
 /// Runs `handler` once.
 pub fn run(handler: &Handler, cx: &Context<'_>) -> Outcome {
-    if let Handler::HttpGet { port: 0, .. } | Handler::TcpSocket { port: 0, .. } = handler {
+    if let Handler::HttpGet { port: 0, .. }
+    | Handler::TcpSocket { port: 0, .. }
+    | Handler::Grpc { port: 0, .. } = handler
+    {
         return Outcome::Error(
             "couldn't find port: no container port has the probe's port name".into(),
         );
@@ -48,7 +51,10 @@ pub fn run(handler: &Handler, cx: &Context<'_>) -> Outcome {
             headers,
             cx.timeout,
         ),
-        Handler::Grpc { .. } => Outcome::Error("grpc probes are not run yet".into()),
+        // A grpc probe has no host: always the pod's IP.
+        Handler::Grpc { port, service } => {
+            super::grpc::probe(cx.pod_ip, *port, service, cx.timeout)
+        }
     }
 }
 
