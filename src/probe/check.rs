@@ -1,4 +1,4 @@
-//! Running one probe: the kubelet's probers (`pkg/probe/{tcp,http,exec}`), with their messages,
+//! Running one probe: the kubelet's probers (`pkg/probe/{tcp,http,exec,grpc}`), with their messages,
 //! so that events read as a kubelet's do. Network probes run in podunit-sync itself (pods share
 //! the host's network); exec probes run inside the container through [`super::exec`].
 
@@ -26,7 +26,10 @@ pub struct Context<'a> {
 
 /// Runs `handler` once.
 pub fn run(handler: &Handler, cx: &Context<'_>) -> Outcome {
-    if let Handler::HttpGet { port: 0, .. } | Handler::TcpSocket { port: 0, .. } = handler {
+    if let Handler::HttpGet { port: 0, .. }
+    | Handler::TcpSocket { port: 0, .. }
+    | Handler::Grpc { port: 0, .. } = handler
+    {
         return Outcome::Error(
             "couldn't find port: no container port has the probe's port name".into(),
         );
@@ -48,7 +51,10 @@ pub fn run(handler: &Handler, cx: &Context<'_>) -> Outcome {
             headers,
             cx.timeout,
         ),
-        Handler::Grpc { .. } => Outcome::Error("grpc probes are not run yet".into()),
+        // A grpc probe has no host: always the pod's IP.
+        Handler::Grpc { port, service } => {
+            super::grpc::probe(cx.pod_ip, *port, service, cx.timeout)
+        }
     }
 }
 
@@ -247,6 +253,12 @@ mod tests {
 
     /// A one-connection-per-response HTTP server on loopback: the real client against real sockets.
     fn serve(responses: Vec<String>) -> u16 {
+        serve_seen(responses).0
+    }
+
+    /// As [`serve`], handing over each request's head (lower-cased).
+    fn serve_seen(responses: Vec<String>) -> (u16, std::sync::mpsc::Receiver<String>) {
+        let (tx, rx) = std::sync::mpsc::channel();
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = l.local_addr().unwrap().port();
         std::thread::spawn(move || {
@@ -264,9 +276,30 @@ mod tests {
                 let req = String::from_utf8_lossy(&got).to_lowercase();
                 assert!(req.contains("user-agent: kube-probe/"), "{req}");
                 s.write_all(r.as_bytes()).unwrap();
+                let _ = tx.send(req);
             }
         });
-        port
+        (port, rx)
+    }
+
+    #[test]
+    fn http_headers_and_host_as_the_kubelet_sends_them() {
+        let (port, seen) = serve_seen(vec![resp(200, "")]);
+        let headers = [
+            ("Host".to_string(), "probe.example".to_string()),
+            ("X-Check".to_string(), "yes".to_string()),
+        ];
+        assert_eq!(
+            http(false, "127.0.0.1", port, "/h?x=1", &headers, T),
+            Outcome::Success
+        );
+        let req = seen.recv().unwrap();
+        assert!(req.starts_with("get /h?x=1 http/1.1\r\n"), "{req}");
+        // A `Host` header replaces the address as the request's host (Go's `req.Host`).
+        assert_eq!(req.matches("host:").count(), 1, "{req}");
+        assert!(req.contains("host: probe.example\r\n"), "{req}");
+        assert!(req.contains("x-check: yes\r\n"), "{req}");
+        assert!(req.contains("accept: */*\r\n"), "{req}");
     }
 
     fn resp(code: u16, extra: &str) -> String {

@@ -3,7 +3,7 @@
 //! - [`spec`]: the probes of a container as the plan carries them (pure, in the generator too);
 //! - [`state`]: the kubelet's probe worker as a pure state machine;
 //! - [`results`]: what is published (`ready`, `started`) and how status reads it;
-//! - [`check`], [`exec`], [`enter`], [`runner`]: running probes, in podunit-sync.
+//! - [`check`], [`grpc`], [`exec`], [`enter`], [`runner`]: running probes, in podunit-sync.
 
 pub mod spec;
 pub mod state;
@@ -14,6 +14,8 @@ pub mod check;
 pub mod enter;
 #[cfg(feature = "cli")]
 pub mod exec;
+#[cfg(feature = "cli")]
+pub mod grpc;
 #[cfg(feature = "cli")]
 pub mod results;
 #[cfg(feature = "cli")]

@@ -235,18 +235,13 @@ fn check_probe(ctr: &core::Container, kind: Kind, p: &core::Probe) -> Vec<Proble
     if let Some(t) = &p.tcp_socket {
         port_problem(ctr, &t.port, "tcpSocket.port", &mut out);
     }
-    if let Some(g) = &p.grpc {
-        if !(1..=65535).contains(&g.port) {
-            out.push(problem(
-                "grpc.port",
-                "must be between 1 and 65535, inclusive",
-            ));
-        }
-        out.push(Problem {
-            path: "grpc".into(),
-            message: "grpc probes are not run yet: this probe is ignored".into(),
-            error: false,
-        });
+    if let Some(g) = &p.grpc
+        && !(1..=65535).contains(&g.port)
+    {
+        out.push(problem(
+            "grpc.port",
+            "must be between 1 and 65535, inclusive",
+        ));
     }
     out
 }
@@ -328,9 +323,12 @@ pub fn probe(ctr: &core::Container, p: &core::Probe) -> Option<Probe> {
             host: t.host.clone().unwrap_or_default(),
             port: port_of(ctr, &t.port).unwrap_or(0),
         }
-    } else if p.grpc.is_some() {
-        // Not run yet (a warning says so): the container behaves as without this probe.
-        return None;
+    } else if let Some(g) = &p.grpc {
+        Handler::Grpc {
+            port: u16::try_from(g.port).unwrap_or(0),
+            // The API server defaults an absent service to "" (the server's overall health).
+            service: g.service.clone().unwrap_or_default(),
+        }
     } else {
         return None;
     };
@@ -412,6 +410,31 @@ livenessProbe:
         assert_eq!(l.period_seconds, 5);
         assert_eq!(l.termination_grace_period_seconds, Some(7));
         assert!(p.startup.is_none());
+    }
+
+    #[test]
+    fn grpc_probes_are_run() {
+        let c = ctr(
+            "name: g\nlivenessProbe: {grpc: {port: 9090, service: db}}\nreadinessProbe: {grpc: {port: 9090}}\n",
+        );
+        assert!(check(&c, false).is_empty(), "no warning: grpc probes run");
+        let p = container_probes(&c).unwrap();
+        assert_eq!(
+            p.liveness.unwrap().handler,
+            Handler::Grpc {
+                port: 9090,
+                service: "db".into()
+            }
+        );
+        assert_eq!(
+            p.readiness.unwrap().handler,
+            Handler::Grpc {
+                port: 9090,
+                service: String::new()
+            }
+        );
+        let bad = ctr("name: g\nlivenessProbe: {grpc: {port: 0}}\n");
+        assert_eq!(check(&bad, false)[0].1.path, "grpc.port");
     }
 
     #[test]
