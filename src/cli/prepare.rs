@@ -148,3 +148,43 @@ pub fn subpath(args: SubpathArgs) -> ExitCode {
         }
     }
 }
+
+#[derive(clap::Args, Debug)]
+pub struct RootArgs {
+    /// Unmount the root and drop its writable layer (when the container stops).
+    #[arg(long)]
+    pub release: bool,
+    /// The pod's plan, written by the generator.
+    pub plan: PathBuf,
+    /// The container's name.
+    pub container: String,
+}
+
+/// `container-root [--release] PLAN CONTAINER` (see [`crate::podstart::root`]). Releasing never
+/// fails the unit: a leftover is cleared at the next start or by the pod's cleanup.
+pub fn container_root(args: RootArgs) -> ExitCode {
+    let plan_args = Args { plan: args.plan };
+    let (plan, paths) = match load(&plan_args, "container-root") {
+        Ok(x) => x,
+        Err(code) => return code,
+    };
+    let result = if args.release {
+        crate::podstart::root::release(&plan, &paths, &args.container)
+    } else {
+        crate::podstart::root::mount(&plan, &paths, &args.container)
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!(
+                "podunit container-root: pod {}/{}: {e}",
+                plan.namespace, plan.name
+            );
+            if args.release {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+    }
+}
