@@ -51,10 +51,6 @@ pub enum Command {
     /// container's unit before it starts).
     #[command(hide = true)]
     Subpath(prepare::SubpathArgs),
-    /// Mount (or with --release unmount) a container's root from its pulled image (run by the
-    /// container's unit when it starts and stops).
-    #[command(hide = true)]
-    ContainerRoot(prepare::RootArgs),
     /// Remove a pod's runtime files (run by the pod's unit).
     #[command(hide = true)]
     PodCleanup(prepare::Args),
@@ -85,7 +81,6 @@ pub fn main() -> ExitCode {
         Command::PodRefresh(a) => prepare::refresh(a),
         Command::PodCleanup(a) => prepare::cleanup(a),
         Command::Subpath(a) => prepare::subpath(a),
-        Command::ContainerRoot(a) => prepare::container_root(a),
         Command::Status(a) => status::run(a),
         Command::ProbeExec(a) => probe::run(a),
         Command::Logs(a) => logs::run(a),

@@ -38,6 +38,8 @@ pub enum PrepareError {
     Escapes {
         path: String,
     },
+    /// A container's root could not be mounted from its image.
+    Root(crate::podstart::root::RootError),
 }
 
 impl fmt::Display for PrepareError {
@@ -52,6 +54,7 @@ impl fmt::Display for PrepareError {
                 write!(f, "environment variable {name:?}: {error}")
             }
             PrepareError::Escapes { path } => write!(f, "{path:?} leaves its volume"),
+            PrepareError::Root(e) => write!(f, "{e}"),
         }
     }
 }
@@ -65,6 +68,7 @@ impl PrepareError {
     pub fn waiting_reason(&self) -> &'static str {
         match self {
             PrepareError::Missing { .. } | PrepareError::Env { .. } => "CreateContainerConfigError",
+            PrepareError::Root(_) => "CreateContainerError",
             _ => "ContainerCreating",
         }
     }
@@ -136,7 +140,8 @@ pub fn prepare(
     if let Some(etc) = &plan.etc {
         write_etc_files(plan, paths, etc, node_ip)?;
     }
-    Ok(())
+    // Last: it moves this process into the service manager's mount namespace.
+    crate::podstart::root::mount_all(plan, paths).map_err(PrepareError::Root)
 }
 
 /// The pod's name files, world-readable as in any container (the runtime directory above them is

@@ -1,13 +1,14 @@
-//! A container's root from a pulled image: the image's layers (read-only, shared by every
-//! container of the image) under a writable layer of its own, mounted with overlayfs at each
-//! start of the container and unmounted when it stops. Run as `podunit container-root PLAN
-//! CONTAINER` (`ExecStartPre=+`, in the host's mount namespace, so systemd finds the mount when it
-//! sets up the container's `RootDirectory=`). A restarted container starts from the image again,
-//! as a new container does in Kubernetes.
+//! The containers' roots from pulled images: each image's layers (read-only, shared by every
+//! container of every image that has them) under a writable layer of the container's own, mounted
+//! with overlayfs by `pod-prepare` when the pod starts and unmounted by `pod-cleanup` when it
+//! stops. The pod unit runs in a mount namespace of its own (its private /tmp, which the
+//! containers join), so the mounts are made in the service manager's namespace, where systemd
+//! sets up each container's `RootDirectory=` from.
 
 use crate::common::paths::Paths;
 use crate::translate::plan::{PodPlan, RootPlan};
 use nix::mount::{MntFlags, MsFlags};
+use nix::sched::CloneFlags;
 use std::fmt;
 use std::io;
 use std::os::unix::fs::DirBuilderExt;
@@ -17,6 +18,8 @@ use std::path::{Component, Path, PathBuf};
 pub enum RootError {
     /// The plan names no root for this container, or a root that is not podunit's to mount.
     BadPlan(String),
+    /// The service manager's mount namespace could not be entered.
+    Namespace(nix::Error),
     Io(PathBuf, io::Error),
     Mount {
         container: String,
@@ -29,6 +32,9 @@ impl fmt::Display for RootError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             RootError::BadPlan(m) => write!(f, "{m}"),
+            RootError::Namespace(e) => {
+                write!(f, "cannot enter the service manager's mount namespace: {e}")
+            }
             RootError::Io(p, e) => write!(f, "{}: {e}", p.display()),
             RootError::Mount {
                 container,
@@ -107,7 +113,29 @@ fn root_of<'a>(plan: &'a PodPlan, container: &str) -> Result<&'a RootPlan, RootE
     Ok(root)
 }
 
-/// Mounts the container's root afresh: the previous writable layer, if any, is discarded.
+/// Mounts every container root of the pod (afresh: a previous writable layer is discarded).
+pub fn mount_all(plan: &PodPlan, paths: &Paths) -> Result<(), RootError> {
+    if plan.roots.is_empty() {
+        return Ok(());
+    }
+    enter_manager_namespace()?;
+    for r in &plan.roots {
+        mount(plan, paths, &r.container)?;
+    }
+    Ok(())
+}
+
+/// Joins PID 1's mount namespace unless this process is in it already.
+fn enter_manager_namespace() -> Result<(), RootError> {
+    let ns = |p: &str| std::fs::read_link(p).map_err(io_err(Path::new(p)));
+    if ns("/proc/self/ns/mnt")? == ns("/proc/1/ns/mnt")? {
+        return Ok(());
+    }
+    let f = std::fs::File::open("/proc/1/ns/mnt").map_err(io_err(Path::new("/proc/1/ns/mnt")))?;
+    nix::sched::setns(&f, CloneFlags::CLONE_NEWNS).map_err(RootError::Namespace)
+}
+
+/// Mounts one container's root afresh: the previous writable layer, if any, is discarded.
 pub fn mount(plan: &PodPlan, paths: &Paths, container: &str) -> Result<(), RootError> {
     let root = root_of(plan, container)?;
     let target = paths.host(&plan.root_dir(container));
@@ -160,8 +188,7 @@ pub fn mount(plan: &PodPlan, paths: &Paths, container: &str) -> Result<(), RootE
     Ok(())
 }
 
-/// Unmounts the container's root and drops its writable layer. Never fails the unit: what is
-/// left is reported and cleared at the next start or by the pod's cleanup.
+/// Unmounts the container's root and drops its writable layer.
 pub fn release(plan: &PodPlan, paths: &Paths, container: &str) -> Result<(), RootError> {
     root_of(plan, container)?;
     let target = paths.host(&plan.root_dir(container));
@@ -177,6 +204,13 @@ pub fn release(plan: &PodPlan, paths: &Paths, container: &str) -> Result<(), Roo
 /// Every container root of the pod, released (the pod's cleanup, before its runtime directory
 /// goes: nothing may be removed through a mount that is still there).
 pub fn release_all(plan: &PodPlan, paths: &Paths) {
+    if plan.roots.is_empty() {
+        return;
+    }
+    if let Err(e) = enter_manager_namespace() {
+        eprintln!("podunit: pod {}/{}: {e}", plan.namespace, plan.name);
+        return;
+    }
     for r in &plan.roots {
         if let Err(e) = release(plan, paths, &r.container) {
             eprintln!("podunit: pod {}/{}: {e}", plan.namespace, plan.name);

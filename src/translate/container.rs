@@ -24,8 +24,6 @@ pub struct PodContext<'a> {
     pub pod_unit: &'a str,
     pub slice: &'a str,
     pub plan: &'a PodPlan,
-    /// The plan's path, which the container's start-time helpers read.
-    pub plan_file: &'a str,
 }
 
 pub struct Built {
@@ -276,15 +274,8 @@ fn one(
     let no_config = Default::default();
     let image_config = stored.as_ref().map_or(&no_config, |i| &i.config);
     if let Some(img) = &stored {
+        // Mounted by the pod unit's pod-prepare (see crate::podstart::root).
         svc.add("RootDirectory", Value::Path(ctx.plan.root_dir(&c.name)));
-        svc.add(
-            "ExecStartPre",
-            Value::PrivilegedExec(root_helper(ctx, &c.name, false)),
-        );
-        svc.add(
-            "ExecStopPost",
-            Value::PrivilegedExec(root_helper(ctx, &c.name, true)),
-        );
         let (env, bad) = imagerun::image_env(&img.config);
         for b in bad {
             warnings.push(Fault::new(
@@ -541,20 +532,6 @@ fn no_command(path: &str) -> Fault {
         format!("{path}.command"),
         "required: podunit does not read an image's entrypoint, so the command must be given",
     )
-}
-
-/// `podunit container-root PLAN CONTAINER` (`--release` when it stops).
-fn root_helper(ctx: &PodContext<'_>, container: &str, release: bool) -> Vec<Arg> {
-    let mut v = vec![
-        Arg::text(ctx.node.podunit_bin.as_str()),
-        Arg::text("container-root"),
-    ];
-    if release {
-        v.push(Arg::text("--release"));
-    }
-    v.push(Arg::text(ctx.plan_file));
-    v.push(Arg::text(container));
-    v
 }
 
 /// Who a container with a pulled image runs as: `runAsUser`, else the image's `User`, looked up

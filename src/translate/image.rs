@@ -151,7 +151,10 @@ pub fn resolve(reference: &str, host: &dyn ImageResolver) -> Result<ImageRoot, U
         Ok(Some(img)) => Ok(ImageRoot::Stored(Box::new(img))),
         Ok(None) => Err(Unresolved::Absent {
             reference: parsed.to_string(),
-            message: format!("image {:?} is not on this node yet", parsed.to_string()),
+            message: format!(
+                "image {0:?} is not in the local image store: pull it with `podunit image pull {0}`",
+                parsed.to_string()
+            ),
         }),
         Err(e) => Err(Unresolved::Invalid(format!("image {reference:?}: {e}"))),
     }

@@ -197,7 +197,6 @@ pub fn translate(
         pod_unit: &pod_unit,
         slice: &slice,
         plan: &plan,
-        plan_file: &plan_file,
     };
     let mut containers = Vec::new();
     match container::all(&ctx) {

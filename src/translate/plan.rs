@@ -36,8 +36,8 @@ pub struct PodPlan {
     /// The containers' probes, which podunit-sync runs (`src/probe`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub probes: Vec<crate::probe::spec::ContainerProbes>,
-    /// The containers whose root is a pulled image, mounted at each of their starts by
-    /// `podunit container-root` (see [`crate::podstart::root`]).
+    /// The containers whose root is a pulled image, mounted when the pod starts by `pod-prepare`
+    /// (see [`crate::podstart::root`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub roots: Vec<RootPlan>,
     /// The pod's `/etc/hosts`, `/etc/hostname` and `/etc/resolv.conf`, written at start for the
@@ -198,7 +198,7 @@ impl PodPlan {
     }
 
     /// A container's writable layer (`upper`, `work`): on disk, like a runtime's, made fresh at
-    /// each start (a restarted container is a new container).
+    /// each pod start.
     pub fn root_state_dir(&self, container: &str) -> String {
         format!("{}/roots/{container}", self.state_dir)
     }
