@@ -148,4 +148,3 @@ pub fn subpath(args: SubpathArgs) -> ExitCode {
         }
     }
 }
-
