@@ -22,12 +22,16 @@ use std::path::PathBuf;
 use support::nspawn::Machine;
 use support::pods::{SOON, ctr_unit, start_pods, wait_state};
 
-const CORPUS: &str = "../shared/testdata/k8s-examples/pods";
-
+/// The corpus's `pods/` directory: `PODUNIT_K8S_EXAMPLES` as for tests/k8s_examples.rs, else
+/// where it is kept beside the repository.
 fn corpus(file: &str) -> Vec<u8> {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join(CORPUS)
-        .join(file);
+    let dir = std::env::var_os("PODUNIT_K8S_EXAMPLES")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/testdata/k8s-examples/pods")
+        });
+    let p = dir.join(file);
     std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 
