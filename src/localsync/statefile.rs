@@ -3,7 +3,6 @@
 
 use crate::localsync::reconcile::State;
 use std::fmt;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// Host path of the record (prefixed by `PODUNIT_ROOT` like every other path).

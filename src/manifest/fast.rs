@@ -25,23 +25,42 @@ pub fn objects(text: &str) -> Option<Vec<Object>> {
     Some(out)
 }
 
-/// serde_json gives no length for a list, so serde grows it by doubling: the big element types
-/// (a `Container` is about 1 KB, a `Volume` 1.6 KB) are shrunk to what they hold, as the `Value`
-/// path's exact lengths left them. With a thousand pods held at once, that is the peak memory.
+/// serde_json gives no length for a list, so serde grows it by doubling: the lists of big
+/// elements (a `Container` is about 1 KB, a `Volume` 1.6 KB) are moved into lists of their exact
+/// length, as the `Value` path's exact lengths left them. With a thousand pods held at once, that
+/// is the peak memory. (A moved list, not `shrink_to_fit`: allocators shrink a block in place.)
 fn compact(mut pod: Pod) -> Pod {
     if let Some(spec) = pod.spec.as_mut() {
-        spec.containers.shrink_to_fit();
-        for v in [&mut spec.init_containers].into_iter().flatten() {
-            v.shrink_to_fit();
+        for c in spec
+            .init_containers
+            .iter_mut()
+            .flatten()
+            .chain(spec.containers.iter_mut())
+        {
+            exact_opt(&mut c.env);
+            exact_opt(&mut c.env_from);
+            exact_opt(&mut c.volume_mounts);
+            exact_opt(&mut c.ports);
         }
-        for v in [&mut spec.volumes].into_iter().flatten() {
-            v.shrink_to_fit();
-        }
-        for v in [&mut spec.ephemeral_containers].into_iter().flatten() {
-            v.shrink_to_fit();
-        }
+        exact(&mut spec.containers);
+        exact_opt(&mut spec.init_containers);
+        exact_opt(&mut spec.volumes);
     }
     pod
+}
+
+fn exact<T>(v: &mut Vec<T>) {
+    if v.capacity() > v.len() {
+        let mut to = Vec::with_capacity(v.len());
+        to.append(v);
+        *v = to;
+    }
+}
+
+fn exact_opt<T>(v: &mut Option<Vec<T>>) {
+    if let Some(v) = v {
+        exact(v);
+    }
 }
 
 /// One document's object, if it is clean.
