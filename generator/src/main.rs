@@ -10,9 +10,6 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-#[global_allocator]
-static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 fn main() -> ExitCode {
     let args: Vec<PathBuf> = std::env::args_os().skip(1).map(PathBuf::from).collect();
     let normal = match args.as_slice() {
