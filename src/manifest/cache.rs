@@ -174,6 +174,21 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     super::hex(&Sha256::digest(bytes))
 }
 
+/// [`refresh`] for podunit-sync: what changed and what failed, as one log line (None: nothing).
+pub fn refresh_message(paths: &Paths) -> Option<String> {
+    match refresh(paths) {
+        Ok(r) if r.written == 0 && r.removed == 0 => None,
+        Ok(r) => Some(format!(
+            "parsed-manifest cache: {} written, {} kept, {} removed",
+            r.written, r.kept, r.removed
+        )),
+        Err(e) => Some(format!(
+            "parsed-manifest cache {}: {e} (the generator parses every file)",
+            paths.host(DIR).display()
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -217,20 +232,5 @@ mod tests {
         ] {
             assert!(entry(bad).is_none(), "{bad}");
         }
-    }
-}
-
-/// [`refresh`] for podunit-sync: what changed and what failed, as one log line (None: nothing).
-pub fn refresh_message(paths: &Paths) -> Option<String> {
-    match refresh(paths) {
-        Ok(r) if r.written == 0 && r.removed == 0 => None,
-        Ok(r) => Some(format!(
-            "parsed-manifest cache: {} written, {} kept, {} removed",
-            r.written, r.kept, r.removed
-        )),
-        Err(e) => Some(format!(
-            "parsed-manifest cache {}: {e} (the generator parses every file)",
-            paths.host(DIR).display()
-        )),
     }
 }
