@@ -311,10 +311,9 @@ pub fn translate(
                 .at(f.path)
         }));
     }
-    let json = serde_json::to_string_pretty(&plan).expect("a plan always serializes");
     outputs.push(Output::File {
         path: format!("{PLAN_DIR}/{}", PodPlan::file_name(&pod_unit)),
-        content: json + "\n",
+        content: plan_json(&plan),
     });
     Ok(PodUnits {
         pod_unit,
@@ -322,6 +321,15 @@ pub fn translate(
         plan,
         warnings,
     })
+}
+
+/// The plan as its file holds it: pretty JSON and a newline. Written into one buffer of a typical
+/// plan's size rather than grown by doubling and copied once more for the newline.
+fn plan_json(plan: &PodPlan) -> String {
+    let mut buf = Vec::with_capacity(2048);
+    serde_json::to_writer_pretty(&mut buf, plan).expect("a plan always serializes");
+    buf.push(b'\n');
+    String::from_utf8(buf).expect("serde_json writes UTF-8")
 }
 
 /// The numeric users and groups the pod's containers run with (see [`PodPlan::users`]).
