@@ -277,7 +277,12 @@ pub struct Bind {
 /// A container's volume mounts with their index in `volumeMounts` (for field paths): what
 /// validation checks and translation binds, in the same order.
 pub fn mounts(ctr: &Container) -> impl Iterator<Item = (usize, &VolumeMount)> {
-    ctr.volume_mounts.iter().flatten().enumerate()
+    // A slice walk, as both callers had it: it compiles to less than flattening the Option.
+    ctr.volume_mounts
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .enumerate()
 }
 
 /// The bind entries of a container.
