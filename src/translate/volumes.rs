@@ -277,7 +277,7 @@ pub struct Bind {
 /// A container's volume mounts with their index in `volumeMounts` (for field paths): what
 /// validation checks and translation binds, in the same order.
 pub fn mounts(ctr: &Container) -> impl Iterator<Item = (usize, &VolumeMount)> {
-    // A slice walk, as both callers had it: it compiles to less than flattening the Option.
+    // A slice walk, as both callers had it: flattening the Option cost the generator 16 bytes.
     ctr.volume_mounts
         .as_deref()
         .unwrap_or_default()
