@@ -2,22 +2,21 @@
 //! as systemd still runs them after their files are gone.
 
 use crate::common::paths::Paths;
-use crate::localsync::generator_output::{self as generated, GeneratedPod};
-use crate::status::knownpods;
-use crate::status::pod::{self as status, PodStatus};
+use crate::localsync::generator_output::{self, GeneratedPod, PodKey};
+use crate::status::pod::PodStatus;
 use crate::status::unit::UnitState;
-use crate::status::waiting;
+use crate::status::{self, knownpods, waiting};
 use crate::systemd::{self, Client};
 use std::collections::HashMap;
 
 /// Every pod podunit knows: rendered ones, then ones whose files are gone but still run.
 pub fn gather(client: &Client, paths: &Paths) -> Result<Vec<(GeneratedPod, bool)>, String> {
-    let dir = paths.host(generated::GENERATOR_DIR);
-    let desired = generated::scan(&dir).map_err(|e| e.to_string())?;
+    let dir = paths.host(generator_output::GENERATOR_DIR);
+    let desired = generator_output::scan(&dir).map_err(|e| e.to_string())?;
     let actual = client
         .list_units(systemd::UNIT_PATTERN)
         .map_err(|e| e.to_string())?;
-    let orphans = status::orphan_pods(&actual, &desired);
+    let orphans = status::pod::orphan_pods(&actual, &desired);
     let mut all: Vec<(GeneratedPod, bool)> = desired.into_iter().map(|p| (p, false)).collect();
     all.extend(orphans.into_iter().map(|p| (p, true)));
     Ok(all)
@@ -49,8 +48,8 @@ pub fn pod_status(
     let source = pod
         .source_path
         .as_deref()
-        .and_then(|s| status::source_of(s, paths));
-    let mut st = status::pod_status(pod, &units, source, terminating);
+        .and_then(|s| status::pod::source_of(s, paths));
+    let mut st = status::pod::pod_status(pod, &units, source, terminating);
     // What pod-prepare found missing, while the pod unit is down because of it.
     let pod_unit = pod.pod_unit.as_ref().and_then(|u| units.get(u));
     if let (Some(uid), Some(u)) = (&pod.uid, pod_unit)
@@ -60,7 +59,7 @@ pub fn pod_status(
         knownpods::apply_waiting(&mut st, rec);
     }
     if let Some(pod_unit) = &pod.pod_unit {
-        let gen_dir = paths.host(generated::GENERATOR_DIR);
+        let gen_dir = paths.host(generator_output::GENERATOR_DIR);
         let probes = crate::probe::results::plan_probes(&gen_dir, pod_unit);
         if !probes.is_empty() {
             let results = crate::probe::results::Results::load(
@@ -83,10 +82,10 @@ pub fn find<'a>(
 /// As [`find`], over anything with a pod key.
 pub fn find_by<'a, T>(
     items: &'a [T],
-    key: impl Fn(&T) -> generated::PodKey,
+    key: impl Fn(&T) -> PodKey,
     want: &str,
 ) -> Result<&'a T, String> {
-    if let Some(wanted) = generated::PodKey::parse(want) {
+    if let Some(wanted) = PodKey::parse(want) {
         return items
             .iter()
             .find(|i| key(i) == wanted)

@@ -233,17 +233,7 @@ impl Unpacker {
                 // time, and no later entry of this layer is written through it.
                 rfs::symlinkat(&*target, &parent, *last)
                     .map_err(|e| os(name, "creating the symlink", e))?;
-                rfs::chownat(
-                    &parent,
-                    *last,
-                    Some(meta.uid()),
-                    Some(meta.gid()),
-                    AtFlags::SYMLINK_NOFOLLOW,
-                )
-                .map_err(|e| os(name, "setting the owner", e))?;
-                let t = meta.times();
-                rfs::utimensat(&parent, *last, &t, AtFlags::SYMLINK_NOFOLLOW)
-                    .map_err(|e| os(name, "setting the time", e))
+                set_meta_at(&parent, last, &meta, false, name)
             }
             T::Link => {
                 let target = e
@@ -300,23 +290,7 @@ impl Unpacker {
                 remove_existing(&parent, last, &self.root_path, dirs, false, name)?;
                 rfs::mknodat(&parent, *last, ft, Mode::empty(), rfs::makedev(maj, min))
                     .map_err(|e| os(name, "creating the device node", e))?;
-                rfs::chownat(
-                    &parent,
-                    *last,
-                    Some(meta.uid()),
-                    Some(meta.gid()),
-                    AtFlags::SYMLINK_NOFOLLOW,
-                )
-                .map_err(|e| os(name, "setting the owner", e))?;
-                rfs::chmodat(
-                    &parent,
-                    *last,
-                    Mode::from_raw_mode(meta.mode),
-                    AtFlags::empty(),
-                )
-                .map_err(|e| os(name, "setting the mode", e))?;
-                rfs::utimensat(&parent, *last, &meta.times(), AtFlags::SYMLINK_NOFOLLOW)
-                    .map_err(|e| os(name, "setting the time", e))
+                set_meta_at(&parent, last, &meta, true, name)
             }
             T::GNUSparse => Err(err(name, "GNU sparse files are not supported")),
             other => Err(err(
@@ -443,6 +417,36 @@ fn escape_error(name: &str, e: Errno) -> UnpackError {
         ),
         e => os(name, "opening its directory", e),
     }
+}
+
+/// Sets the owner, the mode (`with_mode`: a symlink has none of its own) and the time of the entry
+/// just created at `parent/last`, never following it.
+fn set_meta_at(
+    parent: &OwnedFd,
+    last: &str,
+    meta: &Meta,
+    with_mode: bool,
+    name: &str,
+) -> Result<(), UnpackError> {
+    rfs::chownat(
+        parent,
+        last,
+        Some(meta.uid()),
+        Some(meta.gid()),
+        AtFlags::SYMLINK_NOFOLLOW,
+    )
+    .map_err(|e| os(name, "setting the owner", e))?;
+    if with_mode {
+        rfs::chmodat(
+            parent,
+            last,
+            Mode::from_raw_mode(meta.mode),
+            AtFlags::empty(),
+        )
+        .map_err(|e| os(name, "setting the mode", e))?;
+    }
+    rfs::utimensat(parent, last, &meta.times(), AtFlags::SYMLINK_NOFOLLOW)
+        .map_err(|e| os(name, "setting the time", e))
 }
 
 /// Removes whatever is at `parent/last` so an entry can take its place (a later entry wins).

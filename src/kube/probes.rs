@@ -6,7 +6,7 @@ use super::agent::Msg;
 use crate::localsync::generator_output::PodKey;
 use crate::probe::results::{Results, overlay};
 use crate::probe::spec::pod_probes;
-use crate::status::api::Observed;
+use crate::status::model::Observed;
 use k8s_openapi::api::core::v1::Pod;
 use std::sync::mpsc::Sender;
 

@@ -402,13 +402,7 @@ fn check_container(
         }
     }
     let mut mount_paths = BTreeSet::new();
-    for (i, m) in ctr
-        .volume_mounts
-        .as_deref()
-        .unwrap_or_default()
-        .iter()
-        .enumerate()
-    {
+    for (i, m) in crate::translate::volumes::mounts(ctr) {
         check_mount(c, m, &p.field("volumeMounts").index(i), volumes);
         if !mount_paths.insert(m.mount_path.trim_end_matches('/').to_string()) {
             c.err(

@@ -1,6 +1,6 @@
-//! The PodStatus a node posts, built from what systemd says about the pod's units.
+//! The PodStatus a node posts: the status model's projection to the API.
 //!
-//! Pure: the input is a plain [`Observed`] pod (what the unit states mean in kubelet terms: phase,
+//! Pure: the input is the model's [`Observed`] pod (what the unit states mean in kubelet terms: phase,
 //! each container's state), the previous status (to keep condition transition times and a
 //! container's last termination), the node's addresses and the time. The output is compared with
 //! what was last posted; only a different status is sent.
@@ -14,33 +14,8 @@ use k8s_openapi::jiff::Timestamp;
 
 /// A container's state as observed from its unit (µs timestamps since the epoch, 0 = unknown).
 pub use crate::status::container::State;
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ObservedContainer {
-    pub name: String,
-    /// The container's unit, reported as `containerID: podunit://<unit>`.
-    pub unit: String,
-    pub state: State,
-    /// The termination before the current wait (CrashLoopBackOff), when the unit still knows it.
-    pub last_state: Option<State>,
-    pub ready: bool,
-    pub started: bool,
-    pub restart_count: u32,
-}
-
-/// The pod as observed: the kubelet-level summary of its units.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Observed {
-    /// `Pending`, `Running`, `Succeeded`, `Failed`.
-    pub phase: String,
-    /// The pod unit (the "sandbox") is up.
-    pub pod_ready_to_start: bool,
-    pub initialized: bool,
-    /// When the pod unit first became active (0 = not yet).
-    pub start_us: u64,
-    pub init_containers: Vec<ObservedContainer>,
-    pub containers: Vec<ObservedContainer>,
-}
+use crate::status::model::{self, Observed};
+use crate::status::phase::Phase;
 
 /// The node's addresses: with host networking a pod's IPs are the node's.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -101,7 +76,7 @@ fn state(s: &State) -> ContainerState {
 fn container_status(
     pod: &Pod,
     spec: Option<&Container>,
-    o: &ObservedContainer,
+    o: &model::ContainerStatus,
     prev: Option<&ContainerStatus>,
 ) -> ContainerStatus {
     let mut st = state(&o.state);
@@ -175,7 +150,7 @@ fn condition(
     }
 }
 
-fn names(cs: &[&ObservedContainer]) -> String {
+fn names(cs: &[&model::ContainerStatus]) -> String {
     cs.iter()
         .map(|c| c.name.as_str())
         .collect::<Vec<_>>()
@@ -226,14 +201,15 @@ pub fn build(
         })
         .collect();
 
-    let not_init: Vec<&ObservedContainer> = obs
+    let not_init: Vec<&model::ContainerStatus> = obs
         .init_containers
         .iter()
-        .filter(|c| !matches!(c.state, State::Terminated { exit_code: 0, .. }) && !c.ready)
+        .filter(|c| !c.init_done())
         .collect();
-    let unready: Vec<&ObservedContainer> = obs.containers.iter().filter(|c| !c.ready).collect();
-    let all_ready = unready.is_empty() && !obs.containers.is_empty();
-    let completed = obs.phase == "Succeeded" || obs.phase == "Failed";
+    let unready: Vec<&model::ContainerStatus> =
+        obs.containers.iter().filter(|c| !c.ready).collect();
+    let all_ready = obs.all_ready();
+    let completed = matches!(obs.phase, Phase::Succeeded | Phase::Failed);
     let (ready_reason, ready_msg) = if all_ready {
         (None, None)
     } else if completed {
@@ -299,7 +275,7 @@ pub fn build(
         .or_else(|| time_us(obs.start_us));
     let ips = node.ips.clone();
     PodStatus {
-        phase: Some(obs.phase.clone()),
+        phase: Some(obs.phase.as_str().to_string()),
         conditions: Some(conditions),
         host_ip: ips.first().cloned(),
         host_ips: (!ips.is_empty())
@@ -421,6 +397,7 @@ fn same_quantity(resource: &str, a: &str, b: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::localsync::generator_output::ContainerKind;
 
     fn pod(yaml: &str) -> Pod {
         serde_saphyr::from_str(yaml).unwrap()
@@ -432,10 +409,17 @@ mod tests {
         )
     }
 
-    fn c(name: &str, state: State, ready: bool, restarts: u32) -> ObservedContainer {
-        ObservedContainer {
+    fn c(name: &str, state: State, ready: bool, restarts: u32) -> model::ContainerStatus {
+        model::ContainerStatus {
             name: name.into(),
             unit: format!("podunit-ns_web_{name}.service"),
+            kind: if name == "init" {
+                ContainerKind::Init
+            } else {
+                ContainerKind::App
+            },
+            active_state: String::new(),
+            sub_state: String::new(),
             started: matches!(state, State::Running { .. }),
             state,
             last_state: None,
@@ -456,7 +440,7 @@ mod tests {
 
     fn running() -> Observed {
         Observed {
-            phase: "Running".into(),
+            phase: Phase::Running,
             pod_ready_to_start: true,
             initialized: true,
             start_us: 1_700_000_000_500_000,
@@ -567,6 +551,12 @@ mod tests {
         );
     }
 
+    /// The exit code of the first app container's last termination.
+    fn last_exit(s: PodStatus) -> i32 {
+        let cs = s.container_statuses.unwrap().remove(0);
+        cs.last_state.unwrap().terminated.unwrap().exit_code
+    }
+
     #[test]
     fn exit_code_restart_count_and_last_state() {
         let mut o = running();
@@ -589,17 +579,8 @@ mod tests {
         o2.containers[0].restart_count = 3;
         let s2 = build(&web(), &o2, &node(), Some(&s), t(200));
         let cs2 = &s2.container_statuses.as_ref().unwrap()[0];
-        assert_eq!(
-            cs2.last_state
-                .as_ref()
-                .unwrap()
-                .terminated
-                .as_ref()
-                .unwrap()
-                .exit_code,
-            3
-        );
         assert!(cs2.state.as_ref().unwrap().running.is_some());
+        assert_eq!(last_exit(s2), 3);
     }
 
     #[test]
@@ -610,23 +591,13 @@ mod tests {
         let mut o2 = running();
         o2.containers[0].restart_count = 1;
         let s2 = build(&web(), &o2, &node(), Some(&s1), t(110));
-        let cs = &s2.container_statuses.as_ref().unwrap()[0];
-        assert_eq!(
-            cs.last_state
-                .as_ref()
-                .unwrap()
-                .terminated
-                .as_ref()
-                .unwrap()
-                .exit_code,
-            7
-        );
+        assert_eq!(last_exit(s2), 7);
     }
 
     #[test]
     fn pending_with_init_running() {
         let o = Observed {
-            phase: "Pending".into(),
+            phase: Phase::Pending,
             pod_ready_to_start: true,
             initialized: false,
             start_us: 1_700_000_000_000_000,
@@ -671,7 +642,7 @@ mod tests {
     #[test]
     fn succeeded_pod_ready_reason() {
         let mut o = running();
-        o.phase = "Succeeded".into();
+        o.phase = Phase::Succeeded;
         o.containers = vec![c("app", done(0), false, 0), c("side", done(0), false, 0)];
         let s = build(&web(), &o, &node(), None, t(100));
         assert_eq!(cond(&s, "Ready").reason.as_deref(), Some("PodCompleted"));

@@ -1,6 +1,6 @@
 //! A container's Kubernetes state from its unit's systemd state: waiting (and why), running since
-//! when, terminated with which exit code. Pure. `podunit status` ([`crate::status::pod`]) and the node
-//! agent's PodStatus (`status::observe`) both derive container states here, so they always agree.
+//! when, terminated with which exit code. Pure; the status model ([`crate::status::model`]) derives
+//! every container's state here, for local and API pods alike.
 
 use crate::localsync::generator_output::ContainerKind;
 use crate::status::unit::ExitKind;

@@ -1,12 +1,14 @@
-//! Status, in one direction: what systemd says about a unit ([`unit`]) -> each container's
-//! Kubernetes state ([`container`]) -> the pod's phase and waiting reasons ([`phase`]) -> the pod's
-//! status, as `podunit status` shows it ([`pod`]) and as the cluster agent posts it ([`observe`] ->
-//! [`api`]). Container states and the pod-level rules are decided once, for both. Pure: the edges
-//! (D-Bus, `systemctl`) only fill the inputs.
+//! Status, in one direction and computed once: what systemd says about a unit ([`unit`]) -> each
+//! container's Kubernetes state ([`container`]) -> the pod's phase and conditions ([`phase`]), put
+//! together as one [`model::Observed`] pod ([`model`]). A local pod ([`pod`]) and an API pod
+//! ([`observe`]) only feed the model; `podunit status`'s row and JSON ([`pod`]) and the PodStatus
+//! the cluster agent posts ([`api`]) are projections of it. Pure: the edges (D-Bus, `systemctl`)
+//! only fill the inputs.
 
 pub mod api;
 pub mod container;
 pub mod knownpods;
+pub mod model;
 pub mod observe;
 pub mod phase;
 pub mod pod;

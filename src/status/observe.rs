@@ -1,10 +1,11 @@
-//! From unit properties to the kubelet's view of a pod ([`Observed`]): which state each container is
-//! in, whether init containers are done, the phase. Pure; the properties come from systemd.
+//! The status model ([`crate::status::model`]) of an API pod: its spec names the containers and the
+//! restart policy, the agent's unit properties say how they run. Pure; the properties come from
+//! systemd (`systemctl show`, parsed here).
 
-use crate::localsync::generator_output::ContainerKind as Kind;
-use crate::status::api::{Observed, ObservedContainer, State};
-use crate::status::container::{self, UnitFacts};
-use crate::status::phase::{self, App, Restart};
+use crate::localsync::generator_output::ContainerKind;
+use crate::status::container::UnitFacts;
+use crate::status::model::{self, ContainerUnit, Observed, PodUnit};
+use crate::status::phase::Restart;
 use crate::status::unit::ExitKind;
 use crate::translate::naming;
 use k8s_openapi::api::core::v1::Pod;
@@ -51,86 +52,61 @@ pub fn all_stopped<'a>(units: impl IntoIterator<Item = &'a UnitProps>) -> bool {
         .all(|u| matches!(u.active_state.as_str(), "inactive" | "failed" | ""))
 }
 
-fn container(
-    name: &str,
-    unit: &str,
-    kind: Kind,
-    u: &UnitProps,
-    blocked: &str,
-) -> ObservedContainer {
-    let d = container::derive(&u.facts(), kind, blocked);
-    ObservedContainer {
-        name: name.to_string(),
-        unit: unit.to_string(),
-        state: d.state,
-        last_state: d.last_state,
-        ready: d.ready,
-        started: d.started,
-        restart_count: u.n_restarts,
-    }
-}
-
 /// The pod as its units show it. `units` maps unit names to properties (missing = never loaded).
 pub fn observe(pod: &Pod, units: &HashMap<String, UnitProps>) -> Observed {
     let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
     let name = pod.metadata.name.as_deref().unwrap_or("");
-    let none = UnitProps::default();
+    // A unit systemd does not know, as the local view sees one (`UnitState::absent`).
+    let none = UnitProps {
+        load_state: "not-found".into(),
+        active_state: "inactive".into(),
+        sub_state: "dead".into(),
+        ..UnitProps::default()
+    };
     let get = |u: &str| units.get(u).unwrap_or(&none);
-    let pu = get(&naming::pod_service(ns, name));
-    let pod_up = phase::pod_up(&pu.active_state);
-    let waiting = phase::waiting_reason(pod_up, true);
     let spec = pod.spec.clone().unwrap_or_default();
     let policy = spec.restart_policy.as_deref().unwrap_or("Always");
-    let mut init = Vec::new();
-    let mut all_init_done = true;
-    for c in spec.init_containers.iter().flatten() {
-        let kind = if c.restart_policy.as_deref() == Some("Always") {
-            Kind::Sidecar
+    let inits = spec.init_containers.iter().flatten().map(|c| {
+        let sidecar = c.restart_policy.as_deref() == Some("Always");
+        let kind = if sidecar {
+            ContainerKind::Sidecar
         } else {
-            Kind::Init
+            ContainerKind::Init
         };
-        let unit = naming::container_service(ns, name, &c.name);
-        let o = container(&c.name, &unit, kind, get(&unit), waiting);
-        all_init_done &= phase::init_done(kind, &o.state, o.started);
-        init.push(o);
-    }
-    let app_waiting = phase::waiting_reason(pod_up, all_init_done);
-    let apps: Vec<ObservedContainer> = spec
-        .containers
-        .iter()
-        .map(|c| {
-            let unit = naming::container_service(ns, name, &c.name);
-            container(&c.name, &unit, Kind::App, get(&unit), app_waiting)
-        })
-        .collect();
-    // The one rule `podunit status` does not apply: an init container that failed for good fails
-    // the pod (the local view keeps such a pod Pending; see docs/architecture.md).
-    let init_failed = init.iter().any(|o| {
-        matches!(o.state, State::Terminated { exit_code, .. } if exit_code != 0)
-            && policy == "Never"
+        (c, kind)
     });
-    let facts: Vec<App> = apps
-        .iter()
-        .map(|o| App {
-            state: &o.state,
-            restart: Restart::from_policy(policy),
-            started: o.started,
-            ran_before: o.last_state.is_some(),
+    let apps = spec.containers.iter().map(|c| (c, ContainerKind::App));
+    let named: Vec<(&str, ContainerKind, String)> = inits
+        .chain(apps)
+        .map(|(c, kind)| {
+            (
+                c.name.as_str(),
+                kind,
+                naming::container_service(ns, name, &c.name),
+            )
         })
         .collect();
-    let phase = if init_failed {
-        phase::Phase::Failed
-    } else {
-        phase::phase(all_init_done, &facts)
+    let containers: Vec<ContainerUnit> = named
+        .iter()
+        .map(|(name, kind, unit)| {
+            let u = get(unit);
+            ContainerUnit {
+                name,
+                unit,
+                kind: *kind,
+                restart: Restart::of_container(*kind, policy),
+                facts: u.facts(),
+                restart_count: u.n_restarts,
+            }
+        })
+        .collect();
+    let pu = get(&naming::pod_service(ns, name));
+    let pod_unit = PodUnit {
+        active_state: &pu.active_state,
+        active_enter_us: pu.active_enter_us,
+        exec_main_start_us: pu.exec_main_start_us,
     };
-    Observed {
-        phase: phase.as_str().into(),
-        pod_ready_to_start: pod_up,
-        initialized: all_init_done,
-        start_us: phase::start_us(pu.active_enter_us, pu.exec_main_start_us),
-        init_containers: init,
-        containers: apps,
-    }
+    model::observe(pod_unit, &containers)
 }
 
 /// The unit names of a pod (pod unit first), for asking systemd.
@@ -195,6 +171,8 @@ pub const SHOW_PROPERTIES: &str = "Id,LoadState,ActiveState,SubState,Result,NRes
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::status::container::State;
+    use crate::status::phase::Phase;
 
     fn pod(restart: &str) -> Pod {
         serde_saphyr::from_str(&format!(
@@ -239,7 +217,7 @@ mod tests {
     #[test]
     fn nothing_loaded_is_pending_container_creating() {
         let o = observe(&pod("Always"), &HashMap::new());
-        assert_eq!(o.phase, "Pending");
+        assert_eq!(o.phase, Phase::Pending);
         assert!(!o.pod_ready_to_start);
         assert_eq!(
             o.containers[0].state,
@@ -268,7 +246,7 @@ mod tests {
             &pod("Always"),
             &units(&[(POD, p), (INIT, init), (APP, app)]),
         );
-        assert_eq!(o.phase, "Running");
+        assert_eq!(o.phase, Phase::Running);
         assert!(o.initialized && o.pod_ready_to_start);
         assert_eq!(o.start_us, 9_000_000);
         assert!(o.containers[0].ready);
@@ -294,7 +272,7 @@ mod tests {
             &pod("Always"),
             &units(&[(POD, u("active", "exited")), (INIT, init), (APP, app)]),
         );
-        assert_eq!(o.phase, "Running");
+        assert_eq!(o.phase, Phase::Running);
         let c = &o.containers[0];
         assert_eq!(
             c.state,
@@ -322,7 +300,7 @@ mod tests {
                 (APP, exited(3)),
             ]),
         );
-        assert_eq!(o.phase, "Failed");
+        assert_eq!(o.phase, Phase::Failed);
         assert!(
             matches!(o.containers[0].state, State::Terminated { exit_code: 3, ref reason, .. } if reason == "Error")
         );
@@ -348,7 +326,7 @@ mod tests {
             &pod("Never"),
             &units(&[(POD, u("active", "exited")), (INIT, init), (APP, exited(0))]),
         );
-        assert_eq!(o.phase, "Succeeded");
+        assert_eq!(o.phase, Phase::Succeeded);
     }
 
     #[test]
@@ -357,7 +335,7 @@ mod tests {
             &pod("Never"),
             &units(&[(POD, u("active", "exited")), (INIT, exited(1))]),
         );
-        assert_eq!(o.phase, "Failed");
+        assert_eq!(o.phase, Phase::Failed);
         assert!(!o.initialized);
         assert_eq!(
             o.containers[0].state,

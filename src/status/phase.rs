@@ -1,8 +1,7 @@
-//! The pod-level rules both views of a pod share, from container states to the pod's: whether the
-//! pod unit (the sandbox) is up, what a container that has not run waits for, when an init
-//! container is done, whether a terminated container runs again, and the phase (the kubelet's
-//! `getPhase`). `podunit status` ([`crate::status::pod`]) and the PodStatus the cluster agent posts
-//! ([`crate::status::observe`]) both decide with these, so they agree.
+//! The pod-level rules of the status model ([`crate::status::model`]), from container states to the
+//! pod's: whether the pod unit (the sandbox) is up, what a container that has not run waits for,
+//! when an init container is done or has failed for good, whether a terminated container runs
+//! again, and the phase (the kubelet's `getPhase`).
 
 use crate::localsync::generator_output::ContainerKind;
 use crate::status::container::State;
@@ -53,6 +52,14 @@ pub fn init_done(kind: ContainerKind, state: &State, started: bool) -> bool {
     }
 }
 
+/// Whether an init container failed and will not run again: that fails the pod (the kubelet's
+/// `failedInitialization` under `restartPolicy: Never`). Sidecars do not count.
+pub fn init_failed(kind: ContainerKind, restart: Restart, state: &State) -> bool {
+    kind == ContainerKind::Init
+        && matches!(state, State::Terminated { exit_code, .. } if *exit_code != 0)
+        && !restart.will_restart(state)
+}
+
 /// When a container runs again after it terminated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Restart {
@@ -68,6 +75,18 @@ impl Restart {
             "Always" => Restart::Always,
             "OnFailure" => Restart::OnFailure,
             _ => Restart::Never,
+        }
+    }
+
+    /// A container of `kind` in a pod with `policy`, as the kubelet restarts it (and the generator
+    /// writes its `Restart=`): a sidecar always, an init container after a failure unless the pod
+    /// never restarts, an app container by the policy.
+    pub fn of_container(kind: ContainerKind, policy: &str) -> Restart {
+        match (kind, Restart::from_policy(policy)) {
+            (ContainerKind::Sidecar, _) => Restart::Always,
+            (ContainerKind::Init, Restart::Never) => Restart::Never,
+            (ContainerKind::Init, _) => Restart::OnFailure,
+            (ContainerKind::App, r) => r,
         }
     }
 
@@ -102,11 +121,14 @@ pub struct App<'a> {
     pub ran_before: bool,
 }
 
-/// The pod's phase once its init containers are (not) done: Pending until they are, Succeeded or
-/// Failed when no app container will run again, Running once one has run.
-pub fn phase(inits_done: bool, apps: &[App]) -> Phase {
+/// The pod's phase: Failed once an init container failed for good ([`init_failed`]), Pending until
+/// the init containers are done, Succeeded or Failed when no app container will run again, Running
+/// once one has run.
+pub fn phase(inits_done: bool, init_failed: bool, apps: &[App]) -> Phase {
     let exit0 = |a: &App| matches!(a.state, State::Terminated { exit_code: 0, .. });
-    if !inits_done {
+    if init_failed {
+        Phase::Failed
+    } else if !inits_done {
         Phase::Pending
     } else if !apps.is_empty() && apps.iter().all(|a| !a.restart.will_restart(a.state)) {
         if apps.iter().all(exit0) {
@@ -157,6 +179,39 @@ mod tests {
         assert!(Restart::OnFailure.will_restart(&done(1)));
         assert!(!Restart::OnFailure.will_restart(&done(0)));
         assert!(!Restart::Never.will_restart(&done(1)));
+        // The generator's `Restart=` for each kind of container (translate/container.rs).
+        for (kind, policy, unit) in [
+            (ContainerKind::Init, "Never", "no"),
+            (ContainerKind::Init, "OnFailure", "on-failure"),
+            (ContainerKind::Init, "Always", "on-failure"),
+            (ContainerKind::Sidecar, "Never", "always"),
+            (ContainerKind::App, "Always", "always"),
+            (ContainerKind::App, "OnFailure", "on-failure"),
+            (ContainerKind::App, "Never", "no"),
+        ] {
+            assert_eq!(
+                Restart::of_container(kind, policy),
+                Restart::from_unit(unit),
+                "{kind:?} {policy}"
+            );
+        }
+    }
+
+    #[test]
+    fn only_an_init_container_that_will_not_run_again_fails_the_pod() {
+        let failed = done(1);
+        assert!(init_failed(ContainerKind::Init, Restart::Never, &failed));
+        assert!(!init_failed(
+            ContainerKind::Init,
+            Restart::OnFailure,
+            &failed
+        ));
+        assert!(!init_failed(
+            ContainerKind::Sidecar,
+            Restart::Never,
+            &failed
+        ));
+        assert!(!init_failed(ContainerKind::Init, Restart::Never, &done(0)));
     }
 
     #[test]
@@ -171,14 +226,23 @@ mod tests {
             ran_before: false,
         };
         let (ok, failed) = (done(0), done(1));
-        assert_eq!(phase(false, &[app(&ok, Restart::Never)]), Phase::Pending);
-        assert_eq!(phase(true, &[app(&ok, Restart::Never)]), Phase::Succeeded);
-        assert_eq!(phase(true, &[app(&failed, Restart::Never)]), Phase::Failed);
         assert_eq!(
-            phase(true, &[app(&failed, Restart::Always)]),
+            phase(false, false, &[app(&ok, Restart::Never)]),
             Phase::Pending
         );
-        assert_eq!(phase(true, &[]), Phase::Pending);
+        assert_eq!(
+            phase(true, false, &[app(&ok, Restart::Never)]),
+            Phase::Succeeded
+        );
+        assert_eq!(
+            phase(true, false, &[app(&failed, Restart::Never)]),
+            Phase::Failed
+        );
+        assert_eq!(
+            phase(true, false, &[app(&failed, Restart::Always)]),
+            Phase::Pending
+        );
+        assert_eq!(phase(true, false, &[]), Phase::Pending);
         assert_eq!(start_us(0, 7), 7);
         assert_eq!(start_us(5, 7), 5);
     }

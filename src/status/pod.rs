@@ -1,10 +1,12 @@
-//! Pod and container status from unit states, the way the kubelet reports it (PodStatus) and
-//! kubectl prints it (READY, STATUS, RESTARTS). Pure: `podunit status` prints it, and the cluster
-//! helper posts the same data as the pod's status.
+//! `podunit status`'s view of a local pod: the status model ([`crate::status::model`]) fed from the
+//! generator's record of the pod and systemd's unit states, projected to the row kubectl would print
+//! (READY, STATUS, RESTARTS) and the JSON of `podunit status -o json`.
 
 use crate::common::paths::Source;
 use crate::localsync::generator_output::{ContainerKind, GeneratedContainer, GeneratedPod, PodKey};
-use crate::status::phase::{self, App, Restart};
+use crate::status::container::ser_time;
+use crate::status::model::{self, ContainerUnit, Observed, PodUnit};
+use crate::status::phase::Restart;
 use crate::status::unit::{ListedUnit, UnitState};
 use crate::translate::naming::{self, Parsed};
 use serde::Serialize;
@@ -12,45 +14,8 @@ use std::collections::{BTreeMap, HashMap};
 
 /// Kubernetes `ContainerState` (see [`crate::status::container`], which derives it from the unit).
 pub use crate::status::container::State as ContainerState;
-use crate::status::container::ser_time;
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ContainerStatus {
-    pub name: String,
-    pub unit: String,
-    pub kind: ContainerKind,
-    pub state: ContainerState,
-    /// The previous termination while the container waits to be restarted.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub last_state: Option<ContainerState>,
-    pub ready: bool,
-    pub started: bool,
-    pub restart_count: u32,
-    /// systemd's view, for people and debugging.
-    pub active_state: String,
-    pub sub_state: String,
-}
-
-impl ContainerStatus {
-    /// The exit code shown to people: of the current termination, or of the last one.
-    pub fn exit_code(&self) -> Option<i32> {
-        match (&self.state, &self.last_state) {
-            (ContainerState::Terminated { exit_code, .. }, _)
-            | (_, Some(ContainerState::Terminated { exit_code, .. })) => Some(*exit_code),
-            _ => None,
-        }
-    }
-
-    pub fn started_at(&self) -> u64 {
-        match &self.state {
-            ContainerState::Running { started_at } => *started_at,
-            ContainerState::Terminated { started_at, .. } => *started_at,
-            ContainerState::Waiting { .. } => 0,
-        }
-    }
-}
-
+/// One container's status, as the model computes it.
+pub use crate::status::model::ContainerStatus;
 /// The pod's phase (shared with the cluster agent's PodStatus, [`crate::status::phase`]).
 pub use crate::status::phase::Phase;
 
@@ -95,114 +60,75 @@ pub struct PodStatus {
     pub message: Option<String>,
 }
 
-/// The unit facts container state depends on.
-fn facts(u: &UnitState) -> crate::status::container::UnitFacts<'_> {
-    crate::status::container::UnitFacts {
-        active_state: &u.active_state,
-        sub_state: &u.sub_state,
-        result: &u.result,
-        exit: u.exec_main_code,
-        exit_status: u.exec_main_status,
-        start_us: u.exec_main_start_us,
-        exit_us: u.exec_main_exit_us,
-        main_pid: u.main_pid,
-    }
+/// The status model of a local pod. `units` maps unit names to their states (missing = never
+/// loaded). Each container runs again as its unit's `Restart=` says.
+pub fn observe(pod: &GeneratedPod, units: &HashMap<String, UnitState>) -> Observed {
+    let absent = UnitState::absent("");
+    let state_of = |name: &str| units.get(name).unwrap_or(&absent);
+    let pu = pod.pod_unit.as_deref().map_or(&absent, state_of);
+    let containers: Vec<ContainerUnit> = pod
+        .containers
+        .iter()
+        .map(|c| {
+            let u = state_of(&c.unit);
+            ContainerUnit {
+                name: &c.name,
+                unit: &c.unit,
+                kind: c.kind,
+                restart: Restart::from_unit(&c.restart),
+                facts: u.facts(),
+                restart_count: u.n_restarts,
+            }
+        })
+        .collect();
+    let pod_unit = PodUnit {
+        active_state: &pu.active_state,
+        active_enter_us: pu.active_enter_us,
+        exec_main_start_us: pu.exec_main_start_us,
+    };
+    model::observe(pod_unit, &containers)
 }
 
-/// One container from its unit. `blocked_reason` is what it waits for when it has not run yet.
-pub fn container_status(
-    c: &GeneratedContainer,
-    u: &UnitState,
-    blocked_reason: &str,
-) -> ContainerStatus {
-    let d = crate::status::container::derive(&facts(u), c.kind, blocked_reason);
-    ContainerStatus {
-        name: c.name.clone(),
-        unit: c.unit.clone(),
-        kind: c.kind,
-        state: d.state,
-        last_state: d.last_state,
-        ready: d.ready,
-        started: d.started,
-        restart_count: u.n_restarts,
-        active_state: u.active_state.clone(),
-        sub_state: u.sub_state.clone(),
-    }
-}
-
-fn init_done(s: &ContainerStatus) -> bool {
-    phase::init_done(s.kind, &s.state, s.started)
-}
-
-/// The whole pod. `units` maps unit names to their states (missing = never loaded).
+/// The whole pod, as `podunit status` shows it: the model's projection to kubectl's columns and
+/// conditions. `units` maps unit names to their states (missing = never loaded).
 pub fn pod_status(
     pod: &GeneratedPod,
     units: &HashMap<String, UnitState>,
     source: Option<Source>,
     terminating: bool,
 ) -> PodStatus {
-    let state_of = |name: &str| {
-        units
-            .get(name)
-            .cloned()
-            .unwrap_or_else(|| UnitState::absent(name))
-    };
-    let pod_unit_name = pod.pod_unit.clone().unwrap_or_default();
-    let pu = state_of(&pod_unit_name);
-    let pod_up = phase::pod_up(&pu.active_state);
-    let mut init = Vec::new();
-    let mut apps = Vec::new();
-    let mut all_init_done = true;
-    for c in &pod.containers {
-        let u = state_of(&c.unit);
-        if c.kind == ContainerKind::App {
-            let reason = phase::waiting_reason(pod_up, all_init_done);
-            apps.push((c, container_status(c, &u, reason)));
-        } else {
-            let s = container_status(c, &u, phase::waiting_reason(pod_up, true));
-            all_init_done &= init_done(&s);
-            init.push((c, s));
-        }
-    }
-    let restarts = init.iter().chain(&apps).map(|(_, s)| s.restart_count).sum();
-    let ready_containers = apps.iter().filter(|(_, s)| s.ready).count();
-    let total_containers = apps.len();
-    let all_ready = ready_containers == total_containers && total_containers > 0;
-    let facts: Vec<App> = apps
-        .iter()
-        .map(|(c, s)| App {
-            state: &s.state,
-            restart: Restart::from_unit(&c.restart),
-            started: s.started,
-            ran_before: s.last_state.is_some(),
-        })
-        .collect();
-    let phase = phase::phase(all_init_done, &facts);
-    let display = display_status(phase, &init, &apps, terminating);
-    let conditions = vec![
-        cond("PodReadyToStartContainers", pod_up),
-        cond("Initialized", all_init_done),
-        cond("Ready", all_ready),
-        cond("ContainersReady", all_ready),
-        cond("PodScheduled", true),
-    ];
-    let start_time = phase::start_us(pu.active_enter_us, pu.exec_main_start_us);
+    let obs = observe(pod, units);
+    let pod_unit = pod.pod_unit.clone().unwrap_or_default();
+    let absent = UnitState::absent("");
+    let pu = units.get(&pod_unit).unwrap_or(&absent);
+    let all_ready = obs.all_ready();
     PodStatus {
         namespace: pod.key.namespace.clone(),
         name: pod.key.name.clone(),
         uid: pod.uid.clone(),
         source,
-        phase,
-        display,
-        ready_containers,
-        total_containers,
-        restarts,
-        start_time,
+        phase: obs.phase,
+        display: display_status(&obs, terminating),
+        ready_containers: obs.containers.iter().filter(|c| c.ready).count(),
+        total_containers: obs.containers.len(),
+        restarts: obs
+            .init_containers
+            .iter()
+            .chain(&obs.containers)
+            .map(|c| c.restart_count)
+            .sum(),
+        start_time: obs.start_us,
         terminating,
-        conditions,
-        init_container_statuses: init.into_iter().map(|(_, s)| s).collect(),
-        container_statuses: apps.into_iter().map(|(_, s)| s).collect(),
-        pod_unit: pod_unit_name,
+        conditions: vec![
+            cond("PodReadyToStartContainers", obs.pod_ready_to_start),
+            cond("Initialized", obs.initialized),
+            cond("Ready", all_ready),
+            cond("ContainersReady", all_ready),
+            cond("PodScheduled", true),
+        ],
+        init_container_statuses: obs.init_containers,
+        container_statuses: obs.containers,
+        pod_unit,
         pod_unit_state: format!("{}/{}", pu.active_state, pu.sub_state),
         reason: None,
         message: None,
@@ -216,19 +142,17 @@ fn cond(kind: &'static str, ok: bool) -> Condition {
     }
 }
 
-/// kubectl's STATUS column (`printPod` in kubectl's printers).
-fn display_status(
-    phase: Phase,
-    init: &[(&GeneratedContainer, ContainerStatus)],
-    apps: &[(&GeneratedContainer, ContainerStatus)],
-    terminating: bool,
-) -> String {
+/// kubectl's STATUS column (`printPod` in kubectl's printers): the phase, unless an init container
+/// holds the pod up (`Init:1/2`, `Init:Error` also once the pod has Failed for it) or an app
+/// container's state says more (`CrashLoopBackOff`, `Completed`, `Error`).
+fn display_status(obs: &Observed, terminating: bool) -> String {
     if terminating {
         return "Terminating".into();
     }
-    let mut reason = format!("{phase:?}");
-    for (i, (_, s)) in init.iter().enumerate() {
-        if init_done(s) {
+    let mut reason = obs.phase.as_str().to_string();
+    let init = &obs.init_containers;
+    for (i, s) in init.iter().enumerate() {
+        if s.init_done() {
             continue;
         }
         return match &s.state {
@@ -246,7 +170,7 @@ fn display_status(
         };
     }
     let mut has_running = false;
-    for (_, s) in apps.iter().rev() {
+    for s in obs.containers.iter().rev() {
         match &s.state {
             ContainerState::Waiting { reason: r } if !r.is_empty() => reason = r.clone(),
             ContainerState::Terminated { reason: r, .. } => reason = r.clone(),
@@ -485,7 +409,9 @@ mod tests {
             ],
         );
         let s = pod_status(&p, &m, None, false);
-        assert_eq!(s.display, "Init:Error");
+        // The kubelet fails the pod (restartPolicy Never: the init units have `Restart=no`);
+        // kubectl still names the init container's termination.
+        assert_eq!((s.phase, s.display.as_str()), (Phase::Failed, "Init:Error"));
         assert_eq!(s.init_container_statuses[1].exit_code(), Some(3));
         assert_eq!(
             s.conditions[1],
@@ -494,6 +420,22 @@ mod tests {
                 status: "False"
             }
         );
+        // Retried (restartPolicy OnFailure or Always): the pod waits for the next run.
+        let p = pod(vec![
+            c("i1", ContainerKind::Init, "on-failure"),
+            c("app", ContainerKind::App, "always"),
+        ]);
+        let s = one(&p, exited(ExitKind::Exited, 3, "failed", "failed"));
+        assert_eq!(
+            (s.phase, s.display.as_str()),
+            (Phase::Pending, "Init:Error")
+        );
+    }
+
+    /// A pod whose only container's unit is `u`.
+    fn one(p: &GeneratedPod, u: UnitState) -> PodStatus {
+        let name = p.containers[0].name.clone();
+        pod_status(p, &units(p, vec![(&name, u)]), None, false)
     }
 
     #[test]
@@ -501,47 +443,23 @@ mod tests {
         let p = pod(vec![c("app", ContainerKind::App, "always")]);
         let mut u = exited(ExitKind::Exited, 1, "activating", "auto-restart");
         u.n_restarts = 4;
-        let s = pod_status(&p, &units(&p, vec![("app", u)]), None, false);
+        let s = one(&p, u);
         assert_eq!(s.display, "CrashLoopBackOff");
         assert_eq!(s.phase, Phase::Running);
         assert_eq!(s.restarts, 4);
         assert_eq!(s.container_statuses[0].exit_code(), Some(1));
 
         let p = pod(vec![c("job", ContainerKind::App, "no")]);
-        let s = pod_status(
-            &p,
-            &units(
-                &p,
-                vec![("job", exited(ExitKind::Exited, 0, "inactive", "dead"))],
-            ),
-            None,
-            false,
-        );
+        let s = one(&p, exited(ExitKind::Exited, 0, "inactive", "dead"));
         assert_eq!(
             (s.phase, s.display.as_str()),
             (Phase::Succeeded, "Completed")
         );
-        let s = pod_status(
-            &p,
-            &units(
-                &p,
-                vec![("job", exited(ExitKind::Killed, 9, "failed", "failed"))],
-            ),
-            None,
-            false,
-        );
+        let s = one(&p, exited(ExitKind::Killed, 9, "failed", "failed"));
         assert_eq!((s.phase, s.display.as_str()), (Phase::Failed, "Error"));
         assert_eq!(s.container_statuses[0].exit_code(), Some(137));
         let p = pod(vec![c("job", ContainerKind::App, "on-failure")]);
-        let s = pod_status(
-            &p,
-            &units(
-                &p,
-                vec![("job", exited(ExitKind::Exited, 0, "inactive", "dead"))],
-            ),
-            None,
-            false,
-        );
+        let s = one(&p, exited(ExitKind::Exited, 0, "inactive", "dead"));
         assert_eq!(s.phase, Phase::Succeeded);
     }
 

@@ -1,6 +1,8 @@
 //! What systemd says about a unit, as plain data. The D-Bus client fills these; reconcile and status
 //! read them, so both stay pure and testable without a bus.
 
+use crate::status::container::UnitFacts;
+
 /// One row of `ListUnits`/`ListUnitsByPatterns`.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ListedUnit {
@@ -95,6 +97,20 @@ pub struct UnitState {
 }
 
 impl UnitState {
+    /// What a container's state depends on ([`crate::status::container`]).
+    pub fn facts(&self) -> UnitFacts<'_> {
+        UnitFacts {
+            active_state: &self.active_state,
+            sub_state: &self.sub_state,
+            result: &self.result,
+            exit: self.exec_main_code,
+            exit_status: self.exec_main_status,
+            start_us: self.exec_main_start_us,
+            exit_us: self.exec_main_exit_us,
+            main_pid: self.main_pid,
+        }
+    }
+
     /// The unit as systemd knows it without its file: a unit that was never loaded.
     pub fn absent(name: &str) -> Self {
         UnitState {
