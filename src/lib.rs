@@ -24,7 +24,12 @@ pub mod podstart;
 #[cfg(feature = "cli")]
 pub mod kube;
 #[cfg(feature = "cli")]
+pub mod kubelet;
+#[cfg(feature = "cli")]
 pub mod localsync;
+// Container logs from the journal: `podunit logs` and the kubelet API.
+#[cfg(feature = "cli")]
+pub mod logs;
 #[cfg(feature = "cli")]
 pub mod status;
 #[cfg(feature = "cli")]
