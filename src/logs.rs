@@ -12,7 +12,6 @@ use k8s_openapi::jiff::Timestamp;
 use std::fmt;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Command, Stdio};
-use std::sync::mpsc;
 use std::time::Duration;
 
 /// What to show of a container's log (the kubelet's `PodLogOptions`).
@@ -57,8 +56,14 @@ impl std::error::Error for LogError {}
 /// The longest journal entry passed on; journald's own default `LineMax=` is 48 KiB.
 const MAX_ENTRY: u64 = 1 << 20;
 
-/// The journalctl command line for a container's log. Pure, so its matches are tested.
-pub fn journalctl_args(pod: &PodKey, container: &str, o: &LogOptions) -> Vec<String> {
+/// The journalctl command line for a container's log, or for what came after `after` (a
+/// cursor) when following. Pure, so its matches are tested.
+pub fn journalctl_args(
+    pod: &PodKey,
+    container: &str,
+    o: &LogOptions,
+    after: Option<&str>,
+) -> Vec<String> {
     let mut v: Vec<String> = [
         "journalctl",
         "--no-pager",
@@ -69,12 +74,10 @@ pub fn journalctl_args(pod: &PodKey, container: &str, o: &LogOptions) -> Vec<Str
     ]
     .map(String::from)
     .to_vec();
-    // A finished run gets no more lines: following it would never end.
-    if o.follow && o.invocation.is_none() {
-        v.push("--follow".into());
-    }
-    if let Some(n) = o.tail_lines {
-        v.push(format!("--lines={n}"));
+    match (after, o.tail_lines) {
+        (Some(c), _) => v.push(format!("--after-cursor={c}")),
+        (None, Some(n)) => v.push(format!("--lines={n}")),
+        (None, None) => {}
     }
     if let Some(us) = o.since_micros {
         // Whole seconds here; the exact bound is applied to each entry's own time.
@@ -90,11 +93,21 @@ pub fn journalctl_args(pod: &PodKey, container: &str, o: &LogOptions) -> Vec<Str
     v
 }
 
-/// One journal entry's time (µs) and message from a line of journalctl's JSON. A message that
-/// is not UTF-8 comes as an array of bytes.
-pub fn parse_entry(line: &[u8]) -> Option<(i64, Vec<u8>)> {
+/// One journal entry as journalctl's JSON has it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub cursor: String,
+    /// Microseconds since the epoch.
+    pub micros: i64,
+    pub message: Vec<u8>,
+}
+
+/// One journal entry from a line of journalctl's JSON. A message that is not UTF-8 comes as an
+/// array of bytes.
+pub fn parse_entry(line: &[u8]) -> Option<Entry> {
     let v: serde_json::Value = serde_json::from_slice(line).ok()?;
-    let t: i64 = v["__REALTIME_TIMESTAMP"].as_str()?.parse().ok()?;
+    let micros: i64 = v["__REALTIME_TIMESTAMP"].as_str()?.parse().ok()?;
+    let cursor = v["__CURSOR"].as_str()?.to_string();
     let msg = match &v["MESSAGE"] {
         serde_json::Value::String(s) => s.as_bytes().to_vec(),
         serde_json::Value::Array(a) => a
@@ -103,7 +116,11 @@ pub fn parse_entry(line: &[u8]) -> Option<(i64, Vec<u8>)> {
             .collect::<Option<Vec<u8>>>()?,
         _ => Vec::new(),
     };
-    Some((t, msg))
+    Some(Entry {
+        cursor,
+        micros,
+        message: msg,
+    })
 }
 
 /// The bytes to print for one entry, or None when it is before `since`.
@@ -141,7 +158,7 @@ pub fn previous_invocation(ids_in_order: &[String], current: &str) -> Option<Str
 
 /// The invocation id of the container's run before `current` (the unit's `InvocationID`).
 pub fn find_previous(pod: &PodKey, container: &str, current: &str) -> Result<String, LogError> {
-    let mut argv = journalctl_args(pod, container, &LogOptions::default());
+    let mut argv = journalctl_args(pod, container, &LogOptions::default(), None);
     argv.retain(|a| !a.starts_with("--output-fields="));
     argv.push("--output-fields=_SYSTEMD_INVOCATION_ID".into());
     let out = Command::new(&argv[0])
@@ -161,8 +178,14 @@ pub fn find_previous(pod: &PodKey, container: &str, current: &str) -> Result<Str
     })
 }
 
+/// How often a followed log asks the journal for new entries.
+const FOLLOW_PERIOD: Duration = Duration::from_millis(500);
+
 /// Writes the container's log to `out` until it ends (or, following, until `out` fails or
-/// `alive` says the reader has gone, asked at least once a second).
+/// `alive` says the reader has gone, asked twice a second).
+///
+/// Following runs journalctl again after the last cursor rather than `journalctl --follow`:
+/// that one leaves its output in stdio's buffer while it waits on a pipe.
 pub fn stream(
     pod: &PodKey,
     container: &str,
@@ -170,7 +193,38 @@ pub fn stream(
     out: &mut dyn Write,
     alive: &dyn Fn() -> bool,
 ) -> Result<(), LogError> {
-    let argv = journalctl_args(pod, container, o);
+    // A finished run gets no more lines: following it would never end.
+    let follow = o.follow && o.invocation.is_none();
+    let mut left = o.limit_bytes.unwrap_or(u64::MAX);
+    let mut cursor: Option<String> = None;
+    loop {
+        let argv = journalctl_args(pod, container, o, cursor.as_deref());
+        match copy_batch(&argv, o, out, &mut left, &mut cursor)? {
+            Batch::Done if follow => {}
+            Batch::Done | Batch::Stop => return Ok(()),
+        }
+        std::thread::sleep(FOLLOW_PERIOD);
+        if !alive() {
+            return Ok(());
+        }
+    }
+}
+
+/// How a batch of entries ended.
+enum Batch {
+    /// journalctl had no more.
+    Done,
+    /// The reader went away or the byte limit was reached.
+    Stop,
+}
+
+fn copy_batch(
+    argv: &[String],
+    o: &LogOptions,
+    out: &mut dyn Write,
+    left: &mut u64,
+    cursor: &mut Option<String>,
+) -> Result<Batch, LogError> {
     let mut child = Command::new(&argv[0])
         .args(&argv[1..])
         .stdin(Stdio::null())
@@ -178,63 +232,42 @@ pub fn stream(
         .stderr(Stdio::null())
         .spawn()
         .map_err(LogError::Journalctl)?;
-    let stdout = child.stdout.take().expect("piped");
-    // The reader thread blocks on journalctl; this one watches the client meanwhile.
-    let (tx, rx) = mpsc::sync_channel::<Vec<u8>>(64);
-    let reader = std::thread::spawn(move || {
-        let mut r = BufReader::new(stdout);
-        loop {
-            let mut line = Vec::new();
-            match r.by_ref().take(MAX_ENTRY).read_until(b'\n', &mut line) {
-                Ok(0) | Err(_) => return,
-                Ok(_) => {
-                    if line.last() != Some(&b'\n') {
-                        // Longer than MAX_ENTRY: skip the rest of it.
-                        let mut rest = Vec::new();
-                        if r.read_until(b'\n', &mut rest).is_err() {
-                            return;
-                        }
-                    }
-                    if tx.send(line).is_err() {
-                        return;
-                    }
-                }
-            }
-        }
-    });
-    let mut left = o.limit_bytes.unwrap_or(u64::MAX);
+    let mut r = BufReader::new(child.stdout.take().expect("piped"));
+    let mut end = Batch::Done;
     loop {
-        match rx.recv_timeout(Duration::from_secs(1)) {
-            Ok(line) => {
-                let Some((t, msg)) = parse_entry(&line) else {
-                    continue;
-                };
-                let Some(mut bytes) = format_entry(t, &msg, o) else {
-                    continue;
-                };
-                if bytes.len() as u64 >= left {
-                    bytes.truncate(left as usize);
-                    left = 0;
-                } else {
-                    left -= bytes.len() as u64;
-                }
-                if out.write_all(&bytes).and_then(|_| out.flush()).is_err() || left == 0 {
-                    break;
-                }
+        let mut line = Vec::new();
+        match r.by_ref().take(MAX_ENTRY).read_until(b'\n', &mut line) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+        if line.last() != Some(&b'\n') {
+            // Longer than MAX_ENTRY: skipped whole.
+            let mut rest = Vec::new();
+            if r.read_until(b'\n', &mut rest).is_err() {
+                break;
             }
-            Err(mpsc::RecvTimeoutError::Timeout) => {
-                if !alive() {
-                    break;
-                }
-            }
-            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            continue;
+        }
+        let Some(e) = parse_entry(&line) else {
+            continue;
+        };
+        *cursor = Some(e.cursor);
+        let Some(mut bytes) = format_entry(e.micros, &e.message, o) else {
+            continue;
+        };
+        let last = bytes.len() as u64 >= *left;
+        if last {
+            bytes.truncate(*left as usize);
+        }
+        *left -= bytes.len() as u64;
+        if out.write_all(&bytes).and_then(|_| out.flush()).is_err() || last {
+            end = Batch::Stop;
+            break;
         }
     }
     let _ = child.kill();
     let _ = child.wait();
-    drop(rx);
-    let _ = reader.join();
-    Ok(())
+    Ok(end)
 }
 
 #[cfg(test)]
@@ -248,10 +281,11 @@ mod tests {
             follow: true,
             tail_lines: Some(5),
             since_micros: Some(1_700_000_000_500_000),
+            invocation: Some("abc".into()),
             ..Default::default()
         };
         assert_eq!(
-            journalctl_args(&k, "nginx", &o),
+            journalctl_args(&k, "nginx", &o, None),
             vec![
                 "journalctl",
                 "--no-pager",
@@ -259,37 +293,41 @@ mod tests {
                 "-o",
                 "json",
                 "--output-fields=MESSAGE",
-                "--follow",
                 "--lines=5",
                 "--since=@1700000000",
                 "POD_NAMESPACE=default",
                 "POD_NAME=web",
                 "CONTAINER_NAME=nginx",
+                "_SYSTEMD_INVOCATION_ID=abc",
             ]
         );
-        // A previous run is complete: never followed.
-        let prev = LogOptions {
-            follow: true,
-            invocation: Some("abc".into()),
-            ..Default::default()
-        };
-        let a = journalctl_args(&k, "nginx", &prev);
-        assert!(!a.contains(&"--follow".to_string()));
-        assert_eq!(a.last().unwrap(), "_SYSTEMD_INVOCATION_ID=abc");
+        // Following on: what came after the last entry, the tail already shown.
+        let a = journalctl_args(&k, "nginx", &o, Some("s=1;i=2"));
+        assert!(a.contains(&"--after-cursor=s=1;i=2".to_string()));
+        assert!(!a.iter().any(|x| x.starts_with("--lines")));
     }
 
     #[test]
     fn entries_parse_as_text_or_bytes() {
-        let l = br#"{"__REALTIME_TIMESTAMP":"1700000000123456","MESSAGE":"hello"}"#;
+        let l =
+            br#"{"__CURSOR":"s=1","__REALTIME_TIMESTAMP":"1700000000123456","MESSAGE":"hello"}"#;
         assert_eq!(
             parse_entry(l),
-            Some((1_700_000_000_123_456, b"hello".to_vec()))
+            Some(Entry {
+                cursor: "s=1".into(),
+                micros: 1_700_000_000_123_456,
+                message: b"hello".to_vec()
+            })
         );
-        let b = br#"{"__REALTIME_TIMESTAMP":"1","MESSAGE":[104,255]}"#;
-        assert_eq!(parse_entry(b), Some((1, vec![104, 255])));
-        assert_eq!(parse_entry(br#"{"MESSAGE":"x"}"#), None);
+        let b = br#"{"__CURSOR":"c","__REALTIME_TIMESTAMP":"1","MESSAGE":[104,255]}"#;
+        assert_eq!(parse_entry(b).unwrap().message, vec![104, 255]);
+        assert_eq!(parse_entry(br#"{"__CURSOR":"c","MESSAGE":"x"}"#), None);
         assert_eq!(
-            parse_entry(br#"{"__REALTIME_TIMESTAMP":"1","MESSAGE":[300]}"#),
+            parse_entry(br#"{"__REALTIME_TIMESTAMP":"1","MESSAGE":"x"}"#),
+            None
+        );
+        assert_eq!(
+            parse_entry(br#"{"__CURSOR":"c","__REALTIME_TIMESTAMP":"1","MESSAGE":[300]}"#),
             None
         );
         assert_eq!(parse_entry(b"not json"), None);

@@ -87,9 +87,13 @@ pub fn node_memory(meminfo: &str) -> (u64, u64, u64, u64) {
 #[derive(Debug, Clone)]
 pub enum Cgroups {
     V2(PathBuf),
-    /// The `cpuacct` and `memory` hierarchies.
+    /// The hierarchies that may hold `cpuacct` (mounted by name, which differs between hosts
+    /// and containers) and the `memory` one.
+    /// In the hybrid layout, the v2 tree beside them: its `cpu.stat` has CPU time whether or
+    /// not a controller is on, where v1's cpuacct may not hold the unit at all.
     V1 {
-        cpu: PathBuf,
+        unified: PathBuf,
+        cpu: Vec<PathBuf>,
         memory: PathBuf,
     },
 }
@@ -99,12 +103,13 @@ impl Cgroups {
         if root.join("cgroup.controllers").exists() {
             return Cgroups::V2(root.to_path_buf());
         }
-        let cpu = ["cpu,cpuacct", "cpuacct,cpu", "cpuacct"]
+        let cpu = ["cpu,cpuacct", "cpuacct,cpu", "cpuacct", "cpu"]
             .iter()
             .map(|d| root.join(d))
-            .find(|p| p.join("cpuacct.usage").exists())
-            .unwrap_or_else(|| root.join("cpuacct"));
+            .filter(|p| p.join("cpuacct.usage").exists())
+            .collect();
         Cgroups::V1 {
+            unified: root.join("unified"),
             cpu,
             memory: root.join("memory"),
         }
@@ -125,11 +130,23 @@ impl Cgroups {
                     &read(d.join("memory.stat")).unwrap_or_default(),
                 ))
             }
-            Cgroups::V1 { cpu, memory } => {
-                let c = read(cpu.join(rel).join("cpuacct.usage"))?;
+            Cgroups::V1 {
+                unified,
+                cpu,
+                memory,
+            } => {
+                let cpu_ns = match read(unified.join(rel).join("cpu.stat")) {
+                    Some(stat) => usage_v2(&stat, "", "").cpu_ns,
+                    None => cpu
+                        .iter()
+                        .find_map(|h| read(h.join(rel).join("cpuacct.usage")))?
+                        .trim()
+                        .parse()
+                        .unwrap_or(0),
+                };
                 let m = memory.join(rel);
                 Some(usage_v1(
-                    &c,
+                    &cpu_ns.to_string(),
                     &read(m.join("memory.usage_in_bytes")).unwrap_or_default(),
                     &read(m.join("memory.stat")).unwrap_or_default(),
                 ))
@@ -141,7 +158,11 @@ impl Cgroups {
     fn started(&self, rel: &str) -> Option<i64> {
         let d = match self {
             Cgroups::V2(root) => root.join(rel),
-            Cgroups::V1 { cpu, .. } => cpu.join(rel),
+            Cgroups::V1 {
+                unified, memory, ..
+            } => Some(unified.join(rel))
+                .filter(|d| d.exists())
+                .unwrap_or_else(|| memory.join(rel)),
         };
         std::fs::metadata(d).ok().map(|m| m.ctime())
     }
