@@ -39,9 +39,13 @@ test-unit:
 fake-apiserver:
 	$(CARGO) build -p fake-apiserver
 
+# V=1: the builds' and debootstrap's full output (make demo, make rootfs).
+V ?=
+QUIET := $(if $(filter 1,$(V)),,--quiet)
+
 # The cached Debian rootfs the real-systemd suite boots (outside the repo; PODUNIT_TEST_ROOTFS moves it).
 rootfs:
-	tests/e2e/make-rootfs.sh
+	V="$(V)" tests/e2e/make-rootfs.sh
 
 # etcd and a kube-apiserver built from Debian's kubernetes source package, cached outside the repo
 # (PODUNIT_TEST_CACHE moves it; about 10 minutes the first time, a no-op after).
@@ -55,9 +59,10 @@ test-e2e: rootfs controlplane
 	  --test apiserver_e2e --test kubelet_api_e2e --test probes_e2e -- --test-threads=$(E2E_JOBS)
 
 # Boots a throwaway systemd machine, installs this build, runs examples/*.yaml, shows status and logs.
+# Quiet unless V=1; PODUNIT_DEMO_KEEP=1 leaves the machine running.
 demo: rootfs
-	$(CARGO) build -p podunit --bins
-	$(CARGO) build -p podunit-generator
+	$(CARGO) build $(QUIET) -p podunit --bins
+	$(CARGO) build $(QUIET) -p podunit-generator
 	tests/e2e/demo.sh
 
 # --- Packages and source installs (packaging/files.tsv lists every installed file) -------------
@@ -94,7 +99,11 @@ packages: deb rpm
 test-packaging: packages
 	$(CARGO) test --test packaging --test packaging_e2e
 
+# Builds what it installs first, so a fresh clone installs too; without cargo (root's PATH under
+# sudo), installs what an earlier `make stage` left.
 install:
+	@if command -v $(CARGO) >/dev/null; then $(MAKE) --no-print-directory stage; \
+	else echo "make install: no $(CARGO) on PATH: installing what make stage built before" >&2; fi
 	DESTDIR="$(DESTDIR)" PREFIX="$(PREFIX)" packaging/install.sh install
 
 uninstall:

@@ -19,9 +19,6 @@ use support::pods::{SOON, ctr_unit, known_units, pod_unit, wait_state};
 
 const NODE: &str = "e2e-node";
 
-const SYNC_STAND_IN: &str = "[Unit]\nDescription=podunit-sync (test stand-in)\nAfter=dbus.service\n\
-[Service]\nType=notify\nExecStart=/usr/bin/podunit-sync\nRestart=always\nRestartSec=1\n";
-
 /// Boots a machine with a control plane in its network; podunit-sync is not yet in cluster mode
 /// (see [`start_sync`]).
 fn machine_with_control_plane(name: &str, opts: Options) -> (Machine, ControlPlane) {
@@ -36,17 +33,7 @@ fn start_sync(m: &Machine, extra: &str) {
         "/etc/podunit/config.yaml",
         format!("nodeName: {NODE}\nkubeconfig: {NODE_KUBECONFIG}\n{extra}").as_bytes(),
     );
-    if m.read("/usr/lib/systemd/system/podunit-sync.service")
-        .is_none()
-    {
-        m.write(
-            "/etc/systemd/system/podunit-sync.service",
-            SYNC_STAND_IN.as_bytes(),
-        );
-        m.daemon_reload();
-    }
-    m.sh_ok("systemctl restart podunit-sync.service");
-    wait_state(m, "podunit-sync.service", &["active"]);
+    support::pods::start_sync(m);
 }
 
 /// Runs `f` on a thread inside the machine's network (where the API server listens); a failure

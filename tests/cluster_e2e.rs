@@ -10,12 +10,9 @@ use podunit::kube::client::{self, Client, DeleteOptions};
 use serde_json::json;
 use support::api::{self, API_DIR, admin, join_machine_network};
 use support::nspawn::Machine;
-use support::pods::{SOON, ctr_unit, pod_unit, wait_state};
+use support::pods::{SOON, ctr_unit, pod_unit, start_sync, wait_state};
 
 const NODE: &str = "e2e-node";
-
-const SYNC_STAND_IN: &str = "[Unit]\nDescription=podunit-sync (test stand-in)\nAfter=dbus.service\n\
-[Service]\nType=notify\nExecStart=/usr/bin/podunit-sync\nRestart=always\nRestartSec=1\n";
 
 /// Starts (or restarts) the API server double with its state on disk.
 fn start_api(m: &Machine) {
@@ -76,18 +73,8 @@ fn cluster_machine(name: &str, extra: &str) -> Machine {
         format!("nodeName: {NODE}\nkubeconfig: {API_DIR}/node-{NODE}.kubeconfig\n{extra}")
             .as_bytes(),
     );
-    if m.read("/usr/lib/systemd/system/podunit-sync.service")
-        .is_none()
-    {
-        m.write(
-            "/etc/systemd/system/podunit-sync.service",
-            SYNC_STAND_IN.as_bytes(),
-        );
-        m.daemon_reload();
-    }
     // It may already run in local mode (enabled at boot): restart it to read the config.
-    m.sh_ok("systemctl restart podunit-sync.service");
-    wait_state(&m, "podunit-sync.service", &["active"]);
+    start_sync(&m);
     m
 }
 

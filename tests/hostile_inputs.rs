@@ -5,22 +5,36 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-fn dir() -> PathBuf {
-    let d = std::env::temp_dir().join(format!("podunit-hostile-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
+/// A directory of its own for one input, removed when dropped: the tests run in parallel and
+/// leave nothing in the temporary directory.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new() -> Self {
+        static SEQ: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let d = std::env::temp_dir().join(format!("podunit-hostile-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        Scratch(d)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// `podunit check FILE`: (exit code, everything it printed).
 fn check(name: &str, content: &[u8]) -> (i32, String) {
-    let f = dir().join(name);
+    let dir = Scratch::new();
+    let f = dir.0.join(name);
     std::fs::write(&f, content).unwrap();
     let o = Command::new(env!("CARGO_BIN_EXE_podunit"))
         .arg("check")
         .arg(&f)
         .output()
         .unwrap();
-    let _ = std::fs::remove_file(&f);
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&o.stdout),
@@ -28,7 +42,7 @@ fn check(name: &str, content: &[u8]) -> (i32, String) {
     );
     (
         o.status.code().unwrap_or(-1),
-        text.replace(&format!("{}/", dir().display()), ""),
+        text.replace(&format!("{}/", dir.0.display()), ""),
     )
 }
 

@@ -1,5 +1,7 @@
-//! Every manifest of the Kubernetes documentation's Pod examples (`../shared/testdata/k8s-examples/
-//! pods/`, beside the repository) goes through `podunit check`, one file at a time, as a process.
+//! Every manifest of the Kubernetes documentation's Pod examples goes through `podunit check`, one
+//! file at a time, as a process. The examples are not part of the repository: `PODUNIT_K8S_EXAMPLES`
+//! names their `pods/` directory (`.ci/run` sets it to `../shared/testdata/k8s-examples/pods`).
+//! Without it the suite says loudly that it did not run, and fails under `CI=true`.
 //! The table below says what podunit does with each file, and why; docs/k8s-examples.md shows the
 //! same table (this test keeps it in sync: `UPDATE_K8S_EXAMPLES=1` rewrites that section).
 //!
@@ -182,16 +184,32 @@ const CASES: &[Case] = &[
     Case { file: "user-namespaces-stateless.yaml", fresh: Refused(&[NO_IMAGE]), with_images: Renders, why: "the image is not in the local image store (podunit does not pull images yet); with it, the pod renders with a warning: `hostUsers: false` is ignored (no user namespaces)" },
 ];
 
-fn examples_dir() -> PathBuf {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/testdata/k8s-examples/pods");
+/// Names the corpus; the variable's name is what `.ci/run` sets.
+const CORPUS_VAR: &str = "PODUNIT_K8S_EXAMPLES";
+
+/// The examples' directory, or None (said on the terminal) when the corpus is not configured
+/// outside CI. Under `CI=true` a missing corpus is a failure: CI must run this suite.
+fn examples_dir() -> Option<PathBuf> {
+    let Some(dir) = std::env::var_os(CORPUS_VAR).filter(|v| !v.is_empty()) else {
+        let why = format!(
+            "tests/k8s_examples.rs DID NOT RUN: {CORPUS_VAR} is not set. It names the Kubernetes \
+             Pod examples (shared/testdata/k8s-examples/pods beside the repository; .ci/run sets it)"
+        );
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "{why}");
+        // Straight to the terminal: the test harness captures println! of passing tests.
+        use std::io::Write;
+        let _ = writeln!(std::io::stderr(), "\n*** {why} ***\n");
+        return None;
+    };
+    let dir = PathBuf::from(dir);
     assert!(
         dir.is_dir(),
-        "{} is missing: this test needs the shared test data checked out beside the repository \
-         (shared/testdata/k8s-examples/pods next to the podunit directory)",
+        "{CORPUS_VAR}={} is not a directory: it must name the Kubernetes Pod examples \
+         (shared/testdata/k8s-examples/pods)",
         dir.display()
     );
     // Canonical: podunit names the file in SourcePath=, which must be a normalized absolute path.
-    dir.canonicalize().unwrap()
+    Some(dir.canonicalize().unwrap())
 }
 
 /// Every file below `dir`, as paths relative to it, sorted.
@@ -373,7 +391,9 @@ fn run_one(file: &Path, name: &str, setting: &str, expected: Verdict) -> (Option
 
 #[test]
 fn every_k8s_example_has_its_documented_verdict() {
-    let dir = examples_dir();
+    let Some(dir) = examples_dir() else {
+        return;
+    };
     let files = list_files(&dir);
     let table: BTreeMap<&str, &Case> = CASES.iter().map(|c| (c.file, c)).collect();
     assert_eq!(table.len(), CASES.len(), "a file is listed twice in CASES");

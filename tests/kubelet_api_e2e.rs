@@ -20,25 +20,13 @@ use support::pods::{SOON, ctr_unit, wait_state};
 const NODE: &str = "kubelet-node";
 const PORT: u16 = 10250;
 
-const SYNC_STAND_IN: &str = "[Unit]\nDescription=podunit-sync (test stand-in)\nAfter=dbus.service\n\
-[Service]\nType=notify\nExecStart=/usr/bin/podunit-sync\nRestart=always\nRestartSec=1\n";
-
+/// Configures podunit-sync for cluster mode and (re)starts it.
 fn start_sync(m: &Machine) {
     m.write(
         "/etc/podunit/config.yaml",
         format!("nodeName: {NODE}\nkubeconfig: {NODE_KUBECONFIG}\n").as_bytes(),
     );
-    if m.read("/usr/lib/systemd/system/podunit-sync.service")
-        .is_none()
-    {
-        m.write(
-            "/etc/systemd/system/podunit-sync.service",
-            SYNC_STAND_IN.as_bytes(),
-        );
-        m.daemon_reload();
-    }
-    m.sh_ok("systemctl restart podunit-sync.service");
-    wait_state(m, "podunit-sync.service", &["active"]);
+    support::pods::start_sync(m);
 }
 
 fn pod_yaml(name: &str, restart: &str, script: &str) -> String {

@@ -6,26 +6,9 @@
 mod support;
 
 use support::nspawn::Machine;
-use support::pods::{SOON, ctr_unit, wait_state};
+use support::pods::{SOON, ctr_unit, start_sync, wait_state};
 
 const NS: &str = "default";
-
-const SYNC_STAND_IN: &str = "[Unit]\nDescription=podunit-sync (test stand-in)\nAfter=dbus.service\n\
-[Service]\nType=notify\nExecStart=/usr/bin/podunit-sync\nRestart=always\nRestartSec=1\n";
-
-fn start_sync(m: &Machine) {
-    if m.read("/usr/lib/systemd/system/podunit-sync.service")
-        .is_none()
-    {
-        m.write(
-            "/etc/systemd/system/podunit-sync.service",
-            SYNC_STAND_IN.as_bytes(),
-        );
-        m.daemon_reload();
-    }
-    m.sh_ok("systemctl restart podunit-sync.service");
-    wait_state(m, "podunit-sync.service", &["active"]);
-}
 
 /// An HTTP server in perl (the test rootfs has no python): `/healthz` answers 200 while
 /// /data/ready exists, 503 otherwise; every request line is appended to /data/requests.

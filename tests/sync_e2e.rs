@@ -5,31 +5,10 @@ mod support;
 
 use support::nspawn::Machine;
 use support::pods::{
-    Probe, SOON, ctr_unit, failed_podunit_units, known_units, pod_unit, wait_state,
+    Probe, SOON, ctr_unit, failed_podunit_units, known_units, pod_unit, start_sync, wait_state,
 };
 
 const NS: &str = "default";
-
-/// What podunit-sync.service does, for machines whose packaging/ does not ship it yet.
-const SYNC_STAND_IN: &str = "[Unit]\nDescription=podunit-sync (test stand-in)\nAfter=dbus.service\n\
-[Service]\nType=notify\nExecStart=/usr/bin/podunit-sync\nRestart=always\nRestartSec=1\n";
-
-/// (Re)starts podunit-sync (the package's unit, or the stand-in) and waits until it is ready. A
-/// restart, not a start: the package enables it at boot, and the tests need its start-time work
-/// (configuration, spool check) to see what they prepared.
-fn start_sync(m: &Machine) {
-    if m.read("/usr/lib/systemd/system/podunit-sync.service")
-        .is_none()
-    {
-        m.write(
-            "/etc/systemd/system/podunit-sync.service",
-            SYNC_STAND_IN.as_bytes(),
-        );
-        m.daemon_reload();
-    }
-    m.sh_ok("systemctl restart podunit-sync.service");
-    wait_state(m, "podunit-sync.service", &["active"]);
-}
 
 /// How many reconciles podunit-sync has logged in this boot.
 fn reconciles(m: &Machine) -> usize {
@@ -48,14 +27,40 @@ fn reload_and_wait_reconcile(m: &Machine) {
     });
 }
 
+/// Pod `stubborn`, whose container ignores SIGTERM (recording it), so only a SIGKILL stops it;
+/// written and started, its probe returned.
+fn start_stubborn<'a>(m: &'a Machine, grace: u32, probe: &str) -> Probe<'a> {
+    let y = probe_pod_then("stubborn", probe, "ignore-term", grace, "v1");
+    m.write("/etc/pods.d/stubborn.yaml", y.as_bytes());
+    m.daemon_reload();
+    let p = Probe::new(m, probe);
+    p.wait_starts(1);
+    p
+}
+
+/// SIGKILLs podunit-sync and waits until systemd has restarted it.
+fn kill_sync(m: &Machine) {
+    let old = m.prop("podunit-sync.service", "MainPID");
+    m.sh_ok(&format!("kill -KILL {old}"));
+    m.wait_for("podunit-sync to be restarted", SOON, || {
+        let p = m.prop("podunit-sync.service", "MainPID");
+        (p != old && p != "0" && m.prop("podunit-sync.service", "ActiveState") == "active")
+            .then_some(())
+    });
+}
+
 fn probe_pod(pod: &str, probe: &str, version: &str) -> String {
+    probe_pod_then(pod, probe, "term-log", 10, version)
+}
+
+fn probe_pod_then(pod: &str, probe: &str, then: &str, grace: u32, version: &str) -> String {
     format!(
         r#"apiVersion: v1
 kind: Pod
 metadata:
   name: {pod}
 spec:
-  terminationGracePeriodSeconds: 10
+  terminationGracePeriodSeconds: {grace}
   containers:
   - name: main
     image: host
@@ -64,7 +69,7 @@ spec:
     - name: PROBE
       value: {probe}
     - name: PROBE_THEN
-      value: term-log
+      value: {then}
     - name: VERSION
       value: "{version}"
 "#
@@ -174,13 +179,7 @@ fn killing_sync_never_touches_pods_and_its_state_survives() {
     assert!(state.contains("\"default/k\""), "{state}");
 
     // SIGKILL: systemd restarts podunit-sync; the pod is neither stopped nor restarted.
-    let old = m.prop("podunit-sync.service", "MainPID");
-    m.sh_ok(&format!("kill -KILL {old}"));
-    m.wait_for("podunit-sync to be restarted", SOON, || {
-        let p = m.prop("podunit-sync.service", "MainPID");
-        (p != old && p != "0" && m.prop("podunit-sync.service", "ActiveState") == "active")
-            .then_some(())
-    });
+    kill_sync(&m);
     reload_and_wait_reconcile(&m);
     assert_eq!(m.prop(&unit, "MainPID"), pid);
     assert_eq!(k.starts(), 1);
@@ -315,6 +314,27 @@ spec:
     );
     let bad = m.sh("podunit logs web -c nope");
     assert!(!bad.status.success());
+
+    // A reader that has gone (`podunit status | head -1` once head exits): the read end of the
+    // pipe is closed before podunit starts, so its first write fails. It ends quietly, with the
+    // status of a tool stopped by SIGPIPE, for every command that prints.
+    m.write(
+        "/usr/local/bin/closed-pipe",
+        b"#!/usr/bin/perl\npipe(R, W); close R; open(STDOUT, '>&', \\*W); exec @ARGV or die;\n",
+    );
+    m.sh_ok("chmod +x /usr/local/bin/closed-pipe");
+    for cmd in ["status", "status web", "status -o json"] {
+        let out = m.sh(&format!("closed-pipe podunit {cmd}"));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(141),
+            "podunit {cmd} into a closed pipe: {err}"
+        );
+        assert_eq!(err, "", "podunit {cmd} into a closed pipe");
+    }
+    let head = m.sh_ok("podunit status | head -1");
+    assert_eq!(head.lines().count(), 1, "{head}");
 }
 
 #[test]
@@ -359,26 +379,7 @@ fn removed_pod_that_fails_while_stopping_leaves_no_failed_unit() {
     let m = Machine::boot("sync-stop-fails");
     start_sync(&m);
     // Ignores SIGTERM: SIGKILLed after its grace period, so its stop ends in `failed`.
-    let y = r#"apiVersion: v1
-kind: Pod
-metadata:
-  name: stubborn
-spec:
-  terminationGracePeriodSeconds: 2
-  containers:
-  - name: main
-    image: host
-    command: ["/usr/local/bin/probe"]
-    env:
-    - name: PROBE
-      value: sync-stubborn
-    - name: PROBE_THEN
-      value: ignore-term
-"#;
-    m.write("/etc/pods.d/stubborn.yaml", y.as_bytes());
-    m.daemon_reload();
-    let p = Probe::new(&m, "sync-stubborn");
-    p.wait_starts(1);
+    let p = start_stubborn(&m, 2, "sync-stubborn");
     m.sh_ok("rm /etc/pods.d/stubborn.yaml");
     m.daemon_reload();
     m.wait_for("stubborn's units to be gone", SOON, || {
@@ -399,6 +400,80 @@ fn status_row(table: &str, name: &str) -> Vec<String> {
         .find(|l| l.split_whitespace().nth(1) == Some(name))
         .unwrap_or_else(|| panic!("no {name} row in\n{table}"))
         .split_whitespace()
+        .map(str::to_string)
+        .collect()
+}
+
+/// The pod's state and runtime directories (`/var/lib/podunit/pods/<uid>`, `/run/podunit/pods/<uid>`)
+/// that exist now, one per line.
+fn pod_dirs(m: &Machine) -> Vec<String> {
+    let out = m.sh_ok("ls -d /run/podunit/pods/* /var/lib/podunit/pods/* 2>/dev/null || true");
+    out.lines().map(str::to_string).collect()
+}
+
+/// podunit-sync killed (SIGKILL) twice while a removed pod is in its grace period: the restarted
+/// agent still SIGKILLs the pod when its grace period ends (systemd forgot the unit's
+/// TimeoutStopSec= with its file and would wait its default 90 s) and removes the pod's
+/// directories, secrets and environment files included.
+#[test]
+fn removal_survives_killing_sync_during_the_grace_period() {
+    let m = Machine::boot("sync-kill-grace");
+    start_sync(&m);
+    let p = start_stubborn(&m, 6, "sync-kill-grace");
+    let unit = ctr_unit(NS, "stubborn", "main");
+    wait_state(&m, &unit, &["active"]);
+    let dirs = pod_dirs(&m);
+    assert_eq!(
+        dirs.len(),
+        2,
+        "the pod's runtime and state directories: {dirs:?}"
+    );
+
+    m.sh_ok("rm /etc/pods.d/stubborn.yaml");
+    m.daemon_reload();
+    m.wait_for("stubborn to get its SIGTERM", SOON, || {
+        (p.text("signals").as_deref() == Some("term\n")).then_some(())
+    });
+    kill_sync(&m);
+    kill_sync(&m);
+    m.wait_for("stubborn's units to be gone", SOON, || {
+        known_units(&m, NS, "stubborn").is_empty().then_some(())
+    });
+    let journal = m.sh_ok("journalctl -b --no-pager -o cat");
+    assert!(
+        journal.contains(&format!("podunit-sync: {unit}: grace period over, SIGKILL")),
+        "podunit-sync ended the grace period:\n{journal}"
+    );
+    assert!(
+        !journal.contains("timed out. Killing"),
+        "systemd's own stop timeout must not be what ended it:\n{journal}"
+    );
+    m.wait_for("the pod's directories to be removed", SOON, || {
+        pod_dirs(&m).is_empty().then_some(())
+    });
+    m.wait_for("the record to forget the pod", SOON, || {
+        let state = m
+            .read_string("/var/lib/podunit/sync-state.json")
+            .unwrap_or_default();
+        (!state.contains("stubborn")).then_some(())
+    });
+    assert_eq!(failed_podunit_units(&m), "");
+}
+
+/// Lines of podunit-sync's journal that would read as errors: failed D-Bus calls, units systemd
+/// did not know, its own cleanup units taken for a pod's.
+fn false_errors(m: &Machine) -> Vec<String> {
+    m.sh_ok("journalctl -b --no-pager -o cat -u podunit-sync.service")
+        .lines()
+        .filter(|l| {
+            l.contains("D-Bus call")
+                || l.contains("NoSuchUnit")
+                || l.contains("not loaded")
+                || l.contains("actions failed")
+                || l.contains("reconcile failed")
+                || l.contains("stopping podunit-cleanup")
+                || l.contains("cleanup.service")
+        })
         .map(str::to_string)
         .collect()
 }
@@ -573,4 +648,67 @@ fn a_failing_reconcile_is_said_in_status_text_and_podunit_status() {
             .then_some(())
     });
     assert!(!m.sh_ok("podunit status").contains("Reconcile failed"));
+}
+
+/// A storm of reloads, each replacing a pod by another, while podunit-sync reconciles: every
+/// removed pod is stopped and cleaned up, and the journal carries no false error (a start of a
+/// pod that a later reload replaced is not a failure; a cleanup unit is not a pod unit).
+#[test]
+fn reload_storm_leaves_no_false_errors_in_the_journal() {
+    let m = Machine::boot("sync-storm");
+    start_sync(&m);
+    let pod = |name: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  \
+             terminationGracePeriodSeconds: 2\n  containers:\n  - name: main\n    image: host\n    \
+             command: [\"/bin/sleep\", \"infinity\"]\n"
+        )
+    };
+    m.write("/etc/pods.d/steady.yaml", pod("steady").as_bytes());
+    m.daemon_reload();
+    wait_state(&m, &ctr_unit(NS, "steady", "main"), &["active"]);
+    let steady_pid = m.prop(&ctr_unit(NS, "steady", "main"), "MainPID");
+
+    // Every reload replaces the pod of the one before; one shell, so reloads come back to back.
+    let rounds = 30;
+    let mut script = String::new();
+    for i in 0..rounds {
+        script.push_str(&format!(
+            "rm -f /etc/pods.d/storm-*.yaml; printf '%s' '{}' > /etc/pods.d/storm-{i}-x.yaml; \
+             systemctl daemon-reload\n",
+            pod(&format!("storm-{i}-x"))
+        ));
+    }
+    m.sh_ok(&script);
+    reload_and_wait_reconcile(&m);
+    let last = format!("storm-{}-x", rounds - 1);
+    wait_state(&m, &ctr_unit(NS, &last, "main"), &["active"]);
+    m.wait_for("every replaced pod's units to be gone", SOON, || {
+        let left: Vec<String> = (0..rounds - 1)
+            // (`-x`: known_units globs, and storm-2 would match storm-29.)
+            .flat_map(|i| known_units(&m, NS, &format!("storm-{i}-x")))
+            .collect();
+        left.is_empty().then_some(())
+    });
+    // steady and the last storm pod: two directories each, and nothing else.
+    let mut dirs = pod_dirs(&m);
+    for _ in 0..SOON.as_secs() {
+        if dirs.len() == 4 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_secs(1));
+        dirs = pod_dirs(&m);
+    }
+    assert_eq!(
+        dirs.len(),
+        4,
+        "only steady's and the last pod's directories stay: {dirs:?}\n{}",
+        m.sh_ok("journalctl -b --no-pager -o cat -u podunit-sync.service")
+    );
+    assert_eq!(
+        m.prop(&ctr_unit(NS, "steady", "main"), "MainPID"),
+        steady_pid
+    );
+    assert_eq!(false_errors(&m), Vec::<String>::new());
+    assert_eq!(failed_podunit_units(&m), "");
 }

@@ -718,9 +718,16 @@ fn check_log_fields(
     uid: &str,
     container: Option<&str>,
 ) {
-    let v = one(unit, e, "LogExtraFields").unwrap_or_else(|| panic!("{unit}: no LogExtraFields="));
-    let got = parse::log_extra_fields(v)
-        .unwrap_or_else(|err| panic!("{unit}: LogExtraFields={v:?} does not parse: {err}"));
+    // One assignment a line (no line nears systemd's 1 MiB limit): the fields are all the lines'.
+    let lines = values(e, "LogExtraFields");
+    assert!(!lines.is_empty(), "{unit}: no LogExtraFields=");
+    let mut got = Vec::new();
+    for v in lines {
+        got.extend(
+            parse::log_extra_fields(v)
+                .unwrap_or_else(|err| panic!("{unit}: LogExtraFields={v:?} does not parse: {err}")),
+        );
+    }
     let mut want = vec![
         ("POD_NAMESPACE".to_string(), ns.to_string()),
         ("POD_NAME".to_string(), name.to_string()),

@@ -116,7 +116,7 @@ pub fn check(args: CheckArgs) -> ExitCode {
                 .iter()
                 .map(|p| format!("{}/{}", p.plan.namespace, p.plan.name))
                 .collect();
-            println!(
+            outln!(
                 "{}",
                 serde_json::to_string_pretty(&Report {
                     pods,
@@ -128,12 +128,12 @@ pub fn check(args: CheckArgs) -> ExitCode {
         }
         Format::Text => {
             for p in &g.problems {
-                println!("{p}");
+                outln!("{p}");
             }
             for n in &run.notes {
-                eprintln!("{n}");
+                errln!("{n}");
             }
-            eprintln!("{}", summary(g, nothing));
+            errln!("{}", summary(g, nothing));
         }
     }
     if g.has_errors() {
@@ -150,16 +150,16 @@ pub fn render(args: RenderArgs) -> ExitCode {
     let run = run_generate(&args.paths);
     let g = &run.g;
     for p in &g.problems {
-        eprintln!("{p}");
+        errln!("{p}");
     }
     for n in &run.notes {
-        eprintln!("{n}");
+        errln!("{n}");
     }
     match &args.output_dir {
         Some(dir) => {
             let failed = write_tree(dir, g);
             for (pod, e) in &failed {
-                eprintln!(
+                errln!(
                     "podunit render: pod {pod}: cannot write to {}: {e}",
                     dir.display()
                 );
@@ -172,7 +172,7 @@ pub fn render(args: RenderArgs) -> ExitCode {
             );
             let report_failed = crate::generate::report::write(dir, &report)
                 .map_err(|e| {
-                    eprintln!(
+                    errln!(
                         "podunit render: cannot write {}: {e}",
                         dir.join(crate::generate::report::FILE).display()
                     )
@@ -182,7 +182,7 @@ pub fn render(args: RenderArgs) -> ExitCode {
                 return ExitCode::from(1);
             }
         }
-        None => print!("{}", render_text(g)),
+        None => out!("{}", render_text(g)),
     }
     if g.has_errors() {
         ExitCode::from(1)

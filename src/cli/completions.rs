@@ -13,6 +13,8 @@ pub struct Args {
 
 pub fn run(args: Args) -> ExitCode {
     let mut cmd = super::Cli::command();
-    clap_complete::generate(args.shell, &mut cmd, "podunit", &mut std::io::stdout());
+    let mut script = Vec::new();
+    clap_complete::generate(args.shell, &mut cmd, "podunit", &mut script);
+    super::output::write_bytes(&script);
     ExitCode::SUCCESS
 }

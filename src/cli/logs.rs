@@ -3,14 +3,14 @@
 use crate::common::paths::Paths;
 use crate::localsync::generator_output::{ContainerKind, GeneratedPod};
 use crate::logs::{self, LogOptions};
-use crate::systemd::Client;
 use std::process::ExitCode;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// The pod (`NAME` or `NAMESPACE/NAME`).
     pub pod: String,
-    /// The container; required when the pod has more than one.
+    /// The container. Without it, as kubectl does: the pod's first app container, and when the
+    /// pod has others, a note on stderr naming the one shown and the rest.
     #[arg(short = 'c', long)]
     pub container: Option<String>,
     /// Follow the log.
@@ -49,20 +49,36 @@ pub fn pick_container(pod: &GeneratedPod, asked: Option<&str>) -> Result<String,
         .or(pod.containers.first())
         .ok_or_else(|| format!("pod {} has no containers", pod.key))?;
     if names.len() > 1 {
-        eprintln!(
-            "Defaulted container \"{}\" out of: {}",
-            first.name,
-            names.join(", ")
-        );
+        errln!("{}", defaulted_note(pod, &first.name));
     }
     Ok(first.name.clone())
+}
+
+/// kubectl's note when it picks the container: app containers first, then the init containers
+/// (sidecars are init containers to Kubernetes), each marked `(init)`.
+pub fn defaulted_note(pod: &GeneratedPod, picked: &str) -> String {
+    let apps = pod
+        .containers
+        .iter()
+        .filter(|c| c.kind == ContainerKind::App)
+        .map(|c| c.name.clone());
+    let inits = pod
+        .containers
+        .iter()
+        .filter(|c| c.kind != ContainerKind::App)
+        .map(|c| format!("{} (init)", c.name));
+    let all: Vec<String> = apps.chain(inits).collect();
+    format!(
+        "Defaulted container \"{picked}\" out of: {}",
+        all.join(", ")
+    )
 }
 
 pub fn run(args: Args) -> ExitCode {
     match run_inner(&args) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("podunit logs: {e}");
+            errln!("podunit logs: {e}");
             ExitCode::FAILURE
         }
     }
@@ -70,7 +86,7 @@ pub fn run(args: Args) -> ExitCode {
 
 fn run_inner(args: &Args) -> Result<ExitCode, String> {
     let paths = Paths::from_env();
-    let client = Client::system().map_err(|e| e.to_string())?;
+    let client = super::system_bus()?;
     let pods = super::pods::gather(&client, &paths)?;
     let (pod, _) = super::pods::find(&pods, &args.pod)?;
     let container = pick_container(pod, args.container.as_deref())?;
@@ -96,7 +112,74 @@ fn run_inner(args: &Args) -> Result<ExitCode, String> {
         invocation,
         ..Default::default()
     };
-    let mut out = std::io::stdout().lock();
-    logs::stream(&pod.key, &container, &opts, &mut out, &|| true).map_err(|e| e.to_string())?;
+    logs::stream(&pod.key, &container, &opts, &mut Stdout, &|| true).map_err(|e| e.to_string())?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Standard output as [`super::output`] writes it: a closed pipe ends the program as it ends
+/// `podunit status | head`.
+struct Stdout;
+
+impl std::io::Write for Stdout {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        super::output::write_bytes(b);
+        Ok(b.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::localsync::generator_output::PodKey;
+
+    fn pod_of(containers: &[(&str, ContainerKind)]) -> GeneratedPod {
+        GeneratedPod {
+            key: PodKey::new("default", "web"),
+            uid: None,
+            pod_unit: None,
+            slice: None,
+            containers: containers
+                .iter()
+                .enumerate()
+                .map(
+                    |(i, (name, kind))| crate::localsync::generator_output::GeneratedContainer {
+                        name: name.to_string(),
+                        unit: format!("u{i}"),
+                        kind: *kind,
+                        order: i,
+                        restart: "always".into(),
+                        stop_timeout_s: None,
+                    },
+                )
+                .collect(),
+            source_path: None,
+            hash: String::new(),
+        }
+    }
+
+    #[test]
+    fn without_c_the_first_app_container_as_kubectl() {
+        use ContainerKind::{App, Init, Sidecar};
+        let p = pod_of(&[
+            ("setup", Init),
+            ("proxy", Sidecar),
+            ("web", App),
+            ("log", App),
+        ]);
+        assert_eq!(pick_container(&p, None).as_deref(), Ok("web"));
+        assert_eq!(
+            defaulted_note(&p, "web"),
+            "Defaulted container \"web\" out of: web, log, setup (init), proxy (init)"
+        );
+        assert_eq!(pick_container(&p, Some("log")).as_deref(), Ok("log"));
+        assert!(pick_container(&p, Some("nope")).is_err());
+        assert_eq!(
+            pick_container(&pod_of(&[("only", App)]), None).as_deref(),
+            Ok("only")
+        );
+    }
 }

@@ -3,6 +3,8 @@
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
+#[macro_use]
+mod output;
 pub mod check;
 pub mod cluster;
 pub mod completions;
@@ -60,6 +62,19 @@ pub enum Command {
     /// Print a shell completion script (the packages install them).
     #[command(hide = true)]
     Completions(completions::Args),
+}
+
+/// The system manager's bus, for the commands that ask systemd (`status`, `logs`). Outside a
+/// systemd host (a container, a chroot, a build machine) the error says what is missing.
+pub fn system_bus() -> Result<crate::systemd::Client, String> {
+    // zbus's message names the address it tried.
+    crate::systemd::Client::system().map_err(|e| {
+        format!(
+            "this needs systemd's system bus, which is not reachable ({}); run it on a host \
+             booted with systemd",
+            e.source
+        )
+    })
 }
 
 pub fn main() -> ExitCode {

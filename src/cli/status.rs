@@ -253,7 +253,7 @@ pub fn run(args: Args) -> ExitCode {
     match run_inner(&args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("podunit status: {e}");
+            errln!("podunit status: {e}");
             ExitCode::FAILURE
         }
     }
@@ -261,7 +261,7 @@ pub fn run(args: Args) -> ExitCode {
 
 fn run_inner(args: &Args) -> Result<(), String> {
     let paths = Paths::from_env();
-    let client = Client::system().map_err(|e| e.to_string())?;
+    let client = super::system_bus()?;
     let pods = gather(&client, &paths)?;
     let known = known(&client, &paths);
     let now = now_us();
@@ -277,7 +277,7 @@ fn run_inner(args: &Args) -> Result<(), String> {
             let unreadable = known.unreadable.iter().map(|u| format!("warning: {u}"));
             match args.output {
                 Format::Json => {
-                    println!(
+                    outln!(
                         "{}",
                         serde_json::to_string_pretty(&statuses).expect("serializable")
                     );
@@ -285,7 +285,7 @@ fn run_inner(args: &Args) -> Result<(), String> {
                     let notes =
                         knownpods::notes(&[], known.report.as_ref(), Some(&known.sync_status));
                     for n in notes.into_iter().chain(unreadable) {
-                        eprintln!("{n}");
+                        errln!("{n}");
                     }
                 }
                 Format::Text => {
@@ -296,16 +296,16 @@ fn run_inner(args: &Args) -> Result<(), String> {
                     );
                     notes.extend(unreadable);
                     if statuses.is_empty() {
-                        eprintln!("No pods found.");
+                        errln!("No pods found.");
                     } else {
-                        print!("{}", pods_table(&statuses, now));
+                        out!("{}", pods_table(&statuses, now));
                     }
                     if !notes.is_empty() {
                         if !statuses.is_empty() {
-                            println!();
+                            outln!();
                         }
                         for n in &notes {
-                            println!("{n}");
+                            outln!("{n}");
                         }
                     }
                 }
@@ -323,36 +323,38 @@ fn run_inner(args: &Args) -> Result<(), String> {
                     )
                     .map_err(|_| not_found)?;
                     if args.output == Format::Json {
-                        println!(
+                        outln!(
                             "{}",
                             serde_json::to_string_pretty(st).expect("serializable")
                         );
                     } else {
-                        print!("{}", pod_header(st, None, now));
+                        out!("{}", pod_header(st, None, now));
                     }
                     return Ok(());
                 }
             };
             let st = pod_status(&client, &paths, pod, *orphan, &known.records)?;
             if args.output == Format::Json {
-                println!(
+                outln!(
                     "{}",
                     serde_json::to_string_pretty(&st).expect("serializable")
                 );
                 return Ok(());
             }
-            print!("{}", pod_header(&st, pod.source_path.as_deref(), now));
-            println!();
-            print!("{}", containers_table(&st, now));
+            out!("{}", pod_header(&st, pod.source_path.as_deref(), now));
+            outln!();
+            out!("{}", containers_table(&st, now));
             for c in &pod.containers {
-                println!();
-                println!("--- {} (last {} log lines) ---", c.name, args.tail);
+                outln!();
+                outln!("--- {} (last {} log lines) ---", c.name, args.tail);
                 let opts = crate::logs::LogOptions {
                     tail_lines: Some(args.tail as u64),
                     ..Default::default()
                 };
-                crate::logs::stream(&pod.key, &c.name, &opts, &mut std::io::stdout(), &|| true)
+                let mut text = Vec::new();
+                crate::logs::stream(&pod.key, &c.name, &opts, &mut text, &|| true)
                     .map_err(|e| e.to_string())?;
+                super::output::write_bytes(&text);
             }
         }
     }

@@ -276,6 +276,7 @@ impl Units for Dbus {
     fn run_once(&self, name: &str, description: &str, argv: &[String]) -> Result<(), String> {
         self.client
             .run_transient(name, description, argv)
+            .map(|_job| ())
             .map_err(|e| e.to_string())
     }
 }

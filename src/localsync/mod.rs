@@ -13,7 +13,7 @@ use crate::common::paths::Paths;
 use crate::systemd::{self, Client, Event};
 use generator_output::GeneratedPod;
 use reconcile::{Action, State};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::mpsc;
@@ -116,6 +116,9 @@ pub struct Syncer {
     kill_at: Vec<(Instant, String, String)>,
     /// Removed pods whose directories go once no stop job is left.
     pending_cleanups: Vec<(crate::localsync::generator_output::PodKey, String)>,
+    /// Start jobs of the cleanup units that run, and the pod (`namespace/name`) each is for: its
+    /// entry in the record's `removed` goes once the job is done.
+    cleanup_jobs: HashMap<String, String>,
     /// Slices of removed pods: stopped last, after their pods' cleanup has been queued, so a
     /// removed pod's units are all gone only once its files are.
     pending_slices: Vec<String>,
@@ -130,6 +133,7 @@ impl Syncer {
             pending_stops: HashSet::new(),
             kill_at: Vec::new(),
             pending_cleanups: Vec::new(),
+            cleanup_jobs: HashMap::new(),
             pending_slices: Vec::new(),
         }
     }
@@ -147,14 +151,23 @@ impl Syncer {
     ) -> Result<Vec<crate::status::unit::ListedUnit>, Error> {
         let rendered: HashSet<String> = desired.iter().flat_map(|p| p.units()).collect();
         let mut units = self.client.list_units(systemd::UNIT_PATTERN)?;
+        let mut gone = HashSet::new();
         for u in &mut units {
             if u.load_state == "loaded"
                 && !rendered.contains(&u.name)
                 && crate::translate::naming::parse(&u.name).is_some()
             {
-                u.fragment_path = Some(self.client.fragment_path(&u.name)?);
+                match self.client.fragment_path(&u.name) {
+                    Ok(f) => u.fragment_path = Some(f),
+                    // Collected since it was listed: nothing left to do for it.
+                    Err(e) if e.is_no_such_unit() => {
+                        gone.insert(u.name.clone());
+                    }
+                    Err(e) => return Err(e.into()),
+                }
             }
         }
+        units.retain(|u| !gone.contains(&u.name));
         Ok(units)
     }
 
@@ -170,6 +183,8 @@ impl Syncer {
             pods: desired.len(),
             ..Default::default()
         };
+        // The plan lists every cleanup still due, including those queued before.
+        self.pending_cleanups.clear();
         for action in &plan.actions {
             let result = match action {
                 Action::Start { pod, unit } => {
@@ -184,30 +199,65 @@ impl Syncer {
                     self.pending_slices.push(unit.clone());
                     Ok(())
                 }
-                Action::Stop { unit, grace } => {
+                Action::Stop {
+                    unit,
+                    grace,
+                    stopping,
+                } => {
                     log(&format!("stopping {unit}: its pod is gone"));
-                    self.client.stop(unit).map(|job| {
-                        let job = job.as_str().to_string();
-                        if let Some(g) = grace {
-                            let at = Instant::now() + Duration::from_secs(*g);
-                            self.kill_at.push((at, unit.clone(), job.clone()));
+                    // Asked before the stop, so that a stop under way counts from its start.
+                    let at = grace.map(|g| self.grace_deadline(unit, g, *stopping));
+                    match self.client.stop(unit) {
+                        Ok(job) => {
+                            let job = job.as_str().to_string();
+                            if let Some(at) = at {
+                                self.kill_at.push((at, unit.clone(), job.clone()));
+                            }
+                            self.pending_stops.insert(job);
+                            sum.stopped += 1;
+                            Ok(())
                         }
-                        self.pending_stops.insert(job);
-                        sum.stopped += 1;
-                    })
+                        // Stopped and collected since it was listed.
+                        Err(e) if e.is_no_such_unit() => Ok(()),
+                        Err(e) => Err(e),
+                    }
                 }
                 Action::ResetFailed { unit } => {
                     log(&format!("resetting failed {unit}: its pod is gone"));
-                    self.client.reset_failed(unit).map(|_| sum.reset += 1)
+                    match self.client.reset_failed(unit) {
+                        Ok(()) => {
+                            sum.reset += 1;
+                            Ok(())
+                        }
+                        Err(e) if e.is_no_such_unit() => Ok(()),
+                        Err(e) => Err(e),
+                    }
                 }
                 Action::Cleanup { pod, uid } => {
-                    self.pending_cleanups.push((pod.clone(), uid.clone()));
+                    // One that runs already reports back through its job.
+                    let key = pod.to_string();
+                    if !self.cleanup_jobs.values().any(|k| *k == key) {
+                        self.pending_cleanups.push((pod.clone(), uid.clone()));
+                    }
                     Ok(())
                 }
             };
             if let Err(e) = result {
-                sum.failed += 1;
-                log(&format!("{e}"));
+                let replaced = e.is_no_such_unit()
+                    && matches!(action, Action::Start { .. } | Action::Restart { .. });
+                if replaced {
+                    // The generator's files are newer than what systemd has loaded: a reload is
+                    // under way, and the reconcile after it sees the pod as systemd will.
+                    if let Action::Start { pod, unit } | Action::Restart { pod, unit } = action {
+                        log(&format!(
+                            "pod {pod}: {unit} awaits the daemon-reload under way; the \
+                             reconcile after it takes the pod up"
+                        ));
+                    }
+                } else {
+                    sum.failed += 1;
+                    log(&format!("{e}"));
+                }
                 if let Action::Start { pod, .. } | Action::Restart { pod, .. } = action {
                     let key = pod.to_string();
                     match recorded.pods.get(&key) {
@@ -238,8 +288,53 @@ impl Syncer {
         }
     }
 
+    /// When the grace period of `unit`'s stop ends: `grace` seconds from now, or, for a stop
+    /// already under way (podunit-sync restarted during it), from when systemd began it.
+    fn grace_deadline(&self, unit: &str, grace: u64, stopping: bool) -> Instant {
+        let now = Instant::now();
+        let full = now + Duration::from_secs(grace);
+        if !stopping {
+            return full;
+        }
+        let began = match self.client.stop_began_monotonic_us(unit) {
+            Ok(Some(us)) => us,
+            Ok(None) | Err(_) => return full,
+        };
+        let Ok(mono) = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC) else {
+            return full;
+        };
+        let now_us = mono.tv_sec() as u64 * 1_000_000 + mono.tv_nsec() as u64 / 1_000;
+        let elapsed = Duration::from_micros(now_us.saturating_sub(began));
+        now + Duration::from_secs(grace).saturating_sub(elapsed)
+    }
+
+    /// A cleanup unit's job ended: on success the pod's directories are gone, and so is its
+    /// entry in the record; otherwise the next reconcile (or restart) tries again.
+    fn cleanup_done(&mut self, key: &str, result: &str) {
+        if result != "done" {
+            log(&format!(
+                "pod {key}: removing its directories ended with {result:?}; retried at the next \
+                 reconcile"
+            ));
+            return;
+        }
+        let forget = || -> Result<(), statefile::Error> {
+            let mut s = statefile::load(&self.opts.state_file)?;
+            if s.removed.remove(key).is_some() {
+                statefile::save(&self.opts.state_file, &s)?;
+            }
+            Ok(())
+        };
+        if let Err(e) = forget() {
+            log(&format!(
+                "pod {key}: {e}; its cleanup runs again at the next reconcile"
+            ));
+        }
+    }
+
     /// Removes the state and runtime directories of removed pods (secrets included). Run as a
-    /// transient unit: podunit-sync's own sandbox keeps /run read-only.
+    /// transient unit: podunit-sync's own sandbox keeps /run read-only. Its name is not a pod
+    /// unit's (`podunit-cleanup-<uid>.service`), so no reconcile takes it for one.
     fn cleanup_removed(&mut self) {
         for (pod, uid) in std::mem::take(&mut self.pending_cleanups) {
             if uid.is_empty() || uid.contains('/') || uid.starts_with('.') {
@@ -258,18 +353,20 @@ impl Syncer {
                 dirs.iter()
                     .map(|d| self.opts.paths.host(d).to_string_lossy().into_owned()),
             );
-            log(&format!("pod {pod} removed: deleting {}", dirs.join(" ")));
-            // Named after the pod, so that it is among the pod's units while it runs.
-            let name = format!(
-                "{}-cleanup.service",
-                crate::translate::naming::pod_service(&pod.namespace, &pod.name)
-                    .trim_end_matches(".service")
-            );
-            if let Err(e) =
-                self.client
-                    .run_transient(&name, &format!("Clean up removed pod {pod}"), &argv)
+            let name = format!("podunit-cleanup-{uid}.service");
+            match self
+                .client
+                .run_transient(&name, &format!("Clean up removed pod {pod}"), &argv)
             {
-                log(&format!("{e}"));
+                Ok(job) => {
+                    log(&format!("pod {pod} removed: deleting {}", dirs.join(" ")));
+                    self.cleanup_jobs
+                        .insert(job.as_str().to_string(), pod.to_string());
+                }
+                // One from before (a restart of podunit-sync) still runs; the next reconcile
+                // sees whether it left anything to do.
+                Err(e) if e.is_unit_exists() => {}
+                Err(e) => log(&format!("{e}")),
             }
         }
     }
@@ -298,7 +395,11 @@ impl Syncer {
     }
 
     /// A job ended. When it was the last of our stop jobs, reset what failed while stopping.
-    pub fn job_removed(&mut self, job: &str) -> Result<(), Error> {
+    pub fn job_removed(&mut self, job: &str, result: &str) -> Result<(), Error> {
+        if let Some(key) = self.cleanup_jobs.remove(job) {
+            self.cleanup_done(&key, result);
+            return Ok(());
+        }
         self.kill_at.retain(|(_, _, j)| j != job);
         if !self.pending_stops.remove(job) || !self.pending_stops.is_empty() {
             return Ok(());
@@ -431,7 +532,9 @@ pub fn run(syncer: &mut Syncer, rx: mpsc::Receiver<Msg>) -> Result<i32, Error> {
         let mut handle = |msg: Msg, syncer: &mut Syncer| -> Result<Option<i32>, Error> {
             match msg {
                 Msg::Bus(Ok(Event::Reloading(false))) => reconcile = true,
-                Msg::Bus(Ok(Event::JobRemoved { job, .. })) => syncer.job_removed(&job)?,
+                Msg::Bus(Ok(Event::JobRemoved { job, result, .. })) => {
+                    syncer.job_removed(&job, &result)?
+                }
                 Msg::Bus(Ok(_)) => {}
                 Msg::Bus(Err(e)) => log(&format!("{e}")),
                 Msg::BusClosed => {

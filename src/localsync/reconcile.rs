@@ -9,7 +9,9 @@
 //! - a pod that is running and was never recorded is adopted as it is (never restarted);
 //! - an untouched pod is never restarted;
 //! - a unit whose file is gone (`not-found`) is stopped if it runs, and reset if it failed, so no
-//!   leftovers stay behind. Units with a file that the generator did not write are not ours to stop.
+//!   leftovers stay behind. Units with a file that the generator did not write are not ours to stop;
+//! - a removed pod stays in the record (`removed`) until its directories are gone, so a restart of
+//!   podunit-sync at any moment still enforces its grace period and removes them.
 
 use crate::localsync::generator_output::{GeneratedPod, PodKey};
 use crate::status::unit::ListedUnit;
@@ -59,6 +61,10 @@ pub struct State {
     /// spool file that never renders (broken) costs one reload per boot, not one per start.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub spool_reloaded_for: String,
+    /// Pods whose files are gone and whose directories have not been seen removed yet, keyed by
+    /// `namespace/name`: their grace periods and uids outlive a restart of podunit-sync.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub removed: BTreeMap<String, Recorded>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -68,11 +74,18 @@ pub enum Action {
     /// RestartUnit(pod unit, "replace"): the containers follow through PartOf=.
     Restart { pod: PodKey, unit: String },
     /// StopUnit(unit, "replace") for a unit whose file is gone; SIGKILL after `grace` seconds.
-    Stop { unit: String, grace: Option<u64> },
+    /// `stopping`: a stop is already under way (queued before a restart of podunit-sync, or by
+    /// an earlier reconcile), so the grace period counts from when systemd began it.
+    Stop {
+        unit: String,
+        grace: Option<u64>,
+        stopping: bool,
+    },
     /// ResetFailedUnit(unit) for a failed unit whose file is gone.
     ResetFailed { unit: String },
     /// Remove a removed pod's state and runtime directories once its units have stopped:
-    /// systemd forgot the pod unit's ExecStopPost= cleanup with its file.
+    /// systemd forgot the pod unit's ExecStopPost= cleanup with its file. The pod stays in
+    /// `State::removed` until that has succeeded.
     Cleanup { pod: PodKey, uid: String },
 }
 
@@ -98,6 +111,7 @@ pub fn plan(
         boot_id: boot_id.to_string(),
         pods: BTreeMap::new(),
         spool_reloaded_for: recorded.spool_reloaded_for.clone(),
+        removed: BTreeMap::new(),
     };
     let mut desired_units: BTreeSet<String> = BTreeSet::new();
     for pod in desired {
@@ -121,14 +135,17 @@ pub fn plan(
         {
             continue;
         }
-        if u.is_running() {
+        // A queued job (a start that waits out a reload) would run the pod after its cleanup.
+        if u.is_running() || u.job_queued {
             let grace = recorded
                 .pods
                 .values()
+                .chain(recorded.removed.values())
                 .find_map(|r| r.grace.get(&u.name).copied());
             actions.push(Action::Stop {
                 unit: u.name.clone(),
                 grace,
+                stopping: u.active_state == "deactivating",
             });
         } else if u.active_state == "failed" {
             actions.push(Action::ResetFailed {
@@ -137,11 +154,40 @@ pub fn plan(
         }
     }
     let desired_keys: BTreeSet<String> = desired.iter().map(|p| p.key.to_string()).collect();
-    for (key, r) in &recorded.pods {
-        if desired_keys.contains(key) {
+    // A uid that a rendered pod has (the same pod back before its cleanup ran) is never removed.
+    let desired_uids: BTreeSet<&str> = desired.iter().filter_map(|p| p.uid.as_deref()).collect();
+    // systemd still has a unit file of the pod: the generator's output is newer than what
+    // systemd has loaded (a daemon-reload is under way, and systemd empties that directory before
+    // it runs the generator). Not removed yet: its files are the running pod's.
+    let still_loaded = |r: &Recorded| {
+        r.units.iter().any(|u| {
+            by_name
+                .get(u.as_str())
+                .is_some_and(|l| l.load_state == "loaded" && !l.is_not_found())
+        })
+    };
+    for (key, r) in recorded.removed.iter().chain(&recorded.pods) {
+        if desired_keys.contains(key)
+            || next.removed.contains_key(key)
+            || next.pods.contains_key(key)
+        {
             continue;
         }
-        if let (Some(pod), Some(uid)) = (PodKey::parse(key), r.uid.clone()) {
+        if still_loaded(r) {
+            let keep = if recorded.removed.contains_key(key) {
+                &mut next.removed
+            } else {
+                &mut next.pods
+            };
+            keep.insert(key.clone(), r.clone());
+            continue;
+        }
+        let Some(uid) = r.uid.clone() else { continue };
+        if desired_uids.contains(uid.as_str()) {
+            continue;
+        }
+        if let Some(pod) = PodKey::parse(key) {
+            next.removed.insert(key.clone(), r.clone());
             actions.push(Action::Cleanup { pod, uid });
         }
     }
@@ -212,6 +258,7 @@ mod tests {
             active_state: active.into(),
             sub_state: String::new(),
             fragment_path: None,
+            job_queued: false,
         }
     }
 
@@ -228,6 +275,15 @@ mod tests {
                 .collect(),
             ..Default::default()
         }
+    }
+
+    /// A pod with a uid, and a record (this boot) of it alone.
+    fn recorded_pod(name: &str, uid: &str) -> (GeneratedPod, State) {
+        let mut p = pod(name, "h");
+        p.uid = Some(uid.into());
+        let mut recorded = rec(&[], BOOT);
+        recorded.pods.insert(format!("default/{name}"), record(&p));
+        (p, recorded)
     }
 
     fn start(n: &str) -> Action {
@@ -358,6 +414,7 @@ mod tests {
                 Action::Stop {
                     unit: gone.pod_unit.clone().unwrap(),
                     grace: None,
+                    stopping: false,
                 },
                 Action::ResetFailed {
                     unit: gone.containers[0].unit.clone()
@@ -365,14 +422,17 @@ mod tests {
                 Action::Stop {
                     unit: gone.slice.clone().unwrap(),
                     grace: None,
+                    stopping: false,
                 },
                 Action::Stop {
                     unit: naming::container_service("default", "web", "gone"),
                     grace: None,
+                    stopping: true,
                 },
                 Action::Stop {
                     unit: "podunit-default_old2.slice".into(),
                     grace: None,
+                    stopping: false,
                 },
             ]
         );
@@ -392,18 +452,118 @@ mod tests {
             p.actions,
             vec![Action::Stop {
                 unit: gone.containers[0].unit.clone(),
-                grace: Some(7)
+                grace: Some(7),
+                stopping: false,
             }]
         );
         assert!(p.next.pods.is_empty());
     }
 
     #[test]
+    fn a_pod_whose_files_systemd_still_has_is_not_removed_yet() {
+        // Mid-reload: systemd emptied the generator's directory, or has not loaded its new
+        // content; the pod's units still have their files.
+        let (_, recorded) = recorded_pod("web", "u-web");
+        let loaded = ListedUnit {
+            fragment_path: Some("/run/systemd/generator/podunit-default_web.service".into()),
+            ..running("web")
+        };
+        let p = plan(&[], &recorded, std::slice::from_ref(&loaded), BOOT);
+        assert!(p.actions.is_empty(), "{:?}", p.actions);
+        assert_eq!(p.next.pods, recorded.pods, "still recorded as it was");
+        // Once systemd has no file for it either, it is removed.
+        let gone = ListedUnit {
+            load_state: "not-found".into(),
+            fragment_path: None,
+            ..loaded
+        };
+        let p = plan(&[], &recorded, &[gone], BOOT);
+        assert!(
+            p.actions
+                .iter()
+                .any(|a| matches!(a, Action::Cleanup { .. }))
+        );
+    }
+
+    #[test]
+    fn a_removed_unit_with_a_queued_start_is_stopped() {
+        let gone = pod("old", "h");
+        let queued = ListedUnit {
+            job_queued: true,
+            ..unit(gone.pod_unit.as_deref().unwrap(), "not-found", "inactive")
+        };
+        let p = plan(&[], &State::default(), &[queued], BOOT);
+        assert_eq!(
+            p.actions,
+            vec![Action::Stop {
+                unit: gone.pod_unit.clone().unwrap(),
+                grace: None,
+                stopping: false
+            }]
+        );
+    }
+
+    #[test]
+    fn a_removed_pod_outlives_a_restart_until_its_directories_are_gone() {
+        let (gone, recorded) = recorded_pod("old", "u-1");
+        let cleanup = Action::Cleanup {
+            pod: PodKey::new("default", "old"),
+            uid: "u-1".into(),
+        };
+        // First reconcile without the pod: stop, clean up, and keep it as removed.
+        let ctr = &gone.containers[0].unit;
+        let p = plan(&[], &recorded, &[unit(ctr, "not-found", "active")], BOOT);
+        assert!(p.actions.contains(&cleanup));
+        assert_eq!(p.next.removed["default/old"], record(&gone));
+        // podunit-sync restarted while the container is still in its grace period: the stop
+        // under way keeps its grace period and the cleanup is planned again.
+        let p2 = plan(
+            &[],
+            &p.next,
+            &[unit(ctr, "not-found", "deactivating")],
+            BOOT,
+        );
+        assert_eq!(
+            p2.actions,
+            vec![
+                Action::Stop {
+                    unit: ctr.clone(),
+                    grace: Some(7),
+                    stopping: true
+                },
+                cleanup.clone()
+            ]
+        );
+        assert_eq!(p2.next.removed, p.next.removed);
+        // Restarted again after the units are gone: still cleaned up, until that succeeded and
+        // the entry is dropped (Syncer::job_removed), after which nothing is left to do.
+        let p3 = plan(&[], &p2.next, &[], BOOT);
+        assert_eq!(p3.actions, vec![cleanup]);
+        let mut done = p3.next.clone();
+        done.removed.clear();
+        assert!(plan(&[], &done, &[], BOOT).actions.is_empty());
+        // The pod is back before its cleanup ran: its directories are its own again.
+        let p4 = plan(std::slice::from_ref(&gone), &p2.next, &[], BOOT);
+        assert!(p4.next.removed.is_empty());
+        assert!(
+            !p4.actions
+                .iter()
+                .any(|a| matches!(a, Action::Cleanup { .. }))
+        );
+        // Another pod with the same uid is rendered: never removed either.
+        let mut twin = pod("twin", "h");
+        twin.uid = Some("u-1".into());
+        let p5 = plan(&[twin], &p2.next, &[], BOOT);
+        assert!(
+            !p5.actions
+                .iter()
+                .any(|a| matches!(a, Action::Cleanup { .. }))
+        );
+    }
+
+    #[test]
     fn removed_recorded_pod_is_cleaned_up_after_its_stops() {
-        let mut gone = pod("old", "h");
-        gone.uid = Some("u-1".into());
-        let mut recorded = rec(&[], BOOT);
-        recorded.pods.insert("default/old".into(), record(&gone));
+        let (gone, recorded) = recorded_pod("old", "u-1");
         let actual = vec![unit(
             gone.pod_unit.as_deref().unwrap(),
             "not-found",

@@ -577,6 +577,7 @@ mod tests {
                 active_state: "deactivating".into(),
                 sub_state: "stop-sigterm".into(),
                 fragment_path: None,
+                job_queued: false,
             },
             ListedUnit {
                 name: naming::pod_service("default", "gone"),
@@ -584,6 +585,7 @@ mod tests {
                 active_state: "active".into(),
                 sub_state: "exited".into(),
                 fragment_path: None,
+                job_queued: false,
             },
             ListedUnit {
                 name: naming::pod_service("default", "idle"),
@@ -591,6 +593,7 @@ mod tests {
                 active_state: "inactive".into(),
                 sub_state: "dead".into(),
                 fragment_path: None,
+                job_queued: false,
             },
         ];
         let o = orphan_pods(&actual, &[]);

@@ -13,6 +13,8 @@ pub struct ListedUnit {
     /// `FragmentPath`, when looked up (ListUnits does not return it). `Some("")` means the unit
     /// has no file: slices are synthesised as `loaded` even after their file is gone.
     pub fragment_path: Option<String>,
+    /// A job is queued for it (a start waiting out a daemon-reload, say): `inactive` for now.
+    pub job_queued: bool,
 }
 
 impl ListedUnit {

@@ -40,6 +40,38 @@ impl fmt::Display for Error {
     }
 }
 
+impl Error {
+    /// The D-Bus error name systemd answered with, if the call reached it.
+    fn name(&self) -> Option<&str> {
+        match &*self.source {
+            zbus::Error::MethodError(name, _, _) => Some(name.as_str()),
+            zbus::Error::FDO(e) => match **e {
+                zbus::fdo::Error::UnknownObject(_) => {
+                    Some("org.freedesktop.DBus.Error.UnknownObject")
+                }
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// systemd does not know the unit (any more, or yet): its file is gone, or a reload is about
+    /// to bring it. Not a failure of the caller's.
+    pub fn is_no_such_unit(&self) -> bool {
+        matches!(
+            self.name(),
+            Some(
+                "org.freedesktop.systemd1.NoSuchUnit" | "org.freedesktop.DBus.Error.UnknownObject"
+            )
+        )
+    }
+
+    /// A transient unit of that name is still there.
+    pub fn is_unit_exists(&self) -> bool {
+        self.name() == Some("org.freedesktop.systemd1.UnitExists")
+    }
+}
+
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         Some(&*self.source)
@@ -201,13 +233,14 @@ impl Client {
     }
 
     /// Runs `argv` once as a transient oneshot unit `name`, in the service manager's context (not
-    /// in podunit-sync's sandbox), collected when done even if it failed.
+    /// in podunit-sync's sandbox), collected when done even if it failed. Returns its start job,
+    /// whose `JobRemoved` result says whether `argv` succeeded.
     pub fn run_transient(
         &self,
         name: &str,
         description: &str,
         argv: &[String],
-    ) -> Result<(), Error> {
+    ) -> Result<OwnedObjectPath, Error> {
         use zbus::zvariant::Value;
         let exec = vec![(argv[0].clone(), argv.to_vec(), false)];
         let props: Vec<(&str, Value<'_>)> = vec![
@@ -217,12 +250,11 @@ impl Client {
             ("ExecStart", Value::from(exec)),
         ];
         let aux: Vec<(&str, Vec<(&str, Value<'_>)>)> = Vec::new();
-        let _job: OwnedObjectPath = self.manager(
+        self.manager(
             format!("StartTransientUnit {name}"),
             "StartTransientUnit",
             &(name, MODE, props, aux),
-        )?;
-        Ok(())
+        )
     }
 
     /// Like [`Client::run_transient`], with the process's stdin, stdout and stderr handed over
@@ -303,6 +335,18 @@ impl Client {
             "Get",
             &(iface, name),
         )
+    }
+
+    /// When the unit's current stop began, on `CLOCK_MONOTONIC` (µs): `ActiveExitTimestamp`, if
+    /// the unit left `active` after it last started; None when it never got there (stopped while
+    /// activating) or systemd does not know it.
+    pub fn stop_began_monotonic_us(&self, unit: &str) -> Result<Option<u64>, Error> {
+        let get = |prop: &str| -> Result<u64, Error> {
+            Ok(u64::try_from(self.get(unit, UNIT_IFACE, prop)?).unwrap_or(0))
+        };
+        let exit = get("ActiveExitTimestampMonotonic")?;
+        let start = get("InactiveExitTimestampMonotonic")?;
+        Ok((exit != 0 && exit >= start).then_some(exit))
     }
 
     fn get_all(&self, unit: &str, iface: &str) -> Result<HashMap<String, OwnedValue>, Error> {

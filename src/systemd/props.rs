@@ -29,6 +29,7 @@ pub fn listed(row: &ListRow) -> ListedUnit {
         active_state: row.3.clone(),
         sub_state: row.4.clone(),
         fragment_path: None,
+        job_queued: row.7 != 0,
     }
 }
 

@@ -8,6 +8,27 @@ use super::nspawn::{Machine, PROBE_DIR};
 /// Generous upper bound for anything that should happen "now" on a loaded CI host.
 pub const SOON: Duration = Duration::from_secs(60);
 
+/// What podunit-sync.service does, for machines whose packaging/ does not ship it yet.
+const SYNC_STAND_IN: &str = "[Unit]\nDescription=podunit-sync (test stand-in)\nAfter=dbus.service\n\
+[Service]\nType=notify\nExecStart=/usr/bin/podunit-sync\nRestart=always\nRestartSec=1\n";
+
+/// (Re)starts podunit-sync (the package's unit, or the stand-in) and waits until it is ready. A
+/// restart, not a start: the package enables it at boot, and the tests need its start-time work
+/// (configuration, spool check) to see what they prepared.
+pub fn start_sync(m: &Machine) {
+    if m.read("/usr/lib/systemd/system/podunit-sync.service")
+        .is_none()
+    {
+        m.write(
+            "/etc/systemd/system/podunit-sync.service",
+            SYNC_STAND_IN.as_bytes(),
+        );
+        m.daemon_reload();
+    }
+    m.sh_ok("systemctl restart podunit-sync.service");
+    wait_state(m, "podunit-sync.service", &["active"]);
+}
+
 pub fn pod_unit(ns: &str, pod: &str) -> String {
     podunit::translate::naming::pod_service(ns, pod)
 }
