@@ -23,7 +23,7 @@ pub mod podstart;
 // podunit-sync: the local agent, the status model, the D-Bus client, the cluster agent.
 #[cfg(feature = "cli")]
 pub mod kube;
-#[cfg(feature = "cli")]
+// The kubelet API server; its HTTP parsing alone builds without `cli` (the fuzz target).
 pub mod kubelet;
 #[cfg(feature = "cli")]
 pub mod localsync;

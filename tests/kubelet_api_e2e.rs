@@ -191,12 +191,8 @@ fn logs_stats_and_auth_through_a_real_apiserver() {
         kubectl(&cp, &["logs", "talker", &format!("--since-time={later}")]).unwrap(),
         ""
     );
-    assert_eq!(
-        kubectl(&cp, &["logs", "nosuchpod"])
-            .unwrap_err()
-            .contains("not found"),
-        true
-    );
+    let missing = kubectl(&cp, &["logs", "nosuchpod"]).unwrap_err();
+    assert!(missing.contains("not found"), "{missing}");
 
     // -f: a line written while following arrives; the stream ends when kubectl goes away.
     let mut follow = cp

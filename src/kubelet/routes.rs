@@ -3,7 +3,8 @@
 
 use super::auth::{self, Denied};
 use super::http::{self, Request};
-use super::{State, Tls, query, stats};
+use super::server::{State, Tls, peer_alive};
+use super::{query, stats};
 use crate::localsync::generator_output::{self as generated, GeneratedPod};
 use crate::logs::{self, LogError};
 
@@ -163,7 +164,7 @@ fn container_logs(state: &State, stream: &mut Tls, req: &Request, rest: &str) ->
     if http::write_stream_head(stream, TEXT).is_err() || req.method == "HEAD" {
         return false;
     }
-    let alive = || super::peer_alive(&watch);
+    let alive = || peer_alive(&watch);
     let _ = logs::stream(&pod.key, container, &q.options, stream, &alive);
     false
 }
