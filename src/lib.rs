@@ -23,8 +23,13 @@ pub mod podstart;
 // podunit-sync: the local agent, the status model, the D-Bus client, the cluster agent.
 #[cfg(feature = "cli")]
 pub mod kube;
+// The kubelet API server; its HTTP parsing alone builds without `cli` (the fuzz target).
+pub mod kubelet;
 #[cfg(feature = "cli")]
 pub mod localsync;
+// Container logs from the journal: `podunit logs` and the kubelet API.
+#[cfg(feature = "cli")]
+pub mod logs;
 #[cfg(feature = "cli")]
 pub mod status;
 #[cfg(feature = "cli")]

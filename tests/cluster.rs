@@ -345,6 +345,7 @@ fn start_timed(
         paths,
         node_ip: Some("127.0.0.1".into()),
         runtime_version: "systemd://test".into(),
+        kubelet_port: 0,
     };
     let shared = Arc::new(Shared::default());
     let thread = spawn_agent(node_client, cfg.clone(), &units, &shared);

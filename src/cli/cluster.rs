@@ -4,6 +4,7 @@
 use crate::common::config::Config;
 use crate::common::paths::Paths;
 use crate::kube::{agent, client::Client, kubeconfig, units};
+use crate::kubelet;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -57,6 +58,7 @@ pub fn prepare(paths: &Paths) -> Result<Option<ClusterAgent>, ExitCode> {
             return Err(ExitCode::FAILURE);
         }
     };
+    let kube_ca = creds.ca_pem.clone();
     let client = match Client::new(creds) {
         Ok(c) => c,
         Err(e) => {
@@ -64,10 +66,40 @@ pub fn prepare(paths: &Paths) -> Result<Option<ClusterAgent>, ExitCode> {
             return Err(ExitCode::FAILURE);
         }
     };
+    let node_name = cfg.node_name();
+    let kubelet_port = if cfg.kubelet_server.port == 0 {
+        0
+    } else {
+        // The names a self-signed serving certificate is for: as the Node reports them.
+        let storage = paths.host(Paths::STATE);
+        let info =
+            crate::kube::node::gather(storage.parent().unwrap_or(&storage), cfg.node_ip.as_deref());
+        let mut names = vec![info.hostname.clone()];
+        names.extend(info.addresses.iter().cloned());
+        match kubelet::start(
+            client.clone(),
+            &cfg.kubelet_server,
+            &node_name,
+            paths,
+            &kube_ca,
+            &names,
+        ) {
+            Ok(port) => {
+                eprintln!("podunit-sync: kubelet API on port {port}");
+                port
+            }
+            Err(e) => {
+                // Pods still run without it; the Node then reports no kubelet port.
+                eprintln!("podunit-sync: kubelet API not served: {e}");
+                0
+            }
+        }
+    };
     Ok(Some(ClusterAgent {
         client,
         config: agent::AgentConfig {
-            node_name: cfg.node_name(),
+            kubelet_port,
+            node_name,
             timing: cfg.cluster.clone(),
             policy: cfg.effective_policy(),
             labels: cfg.node_labels.clone(),

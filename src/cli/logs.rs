@@ -1,10 +1,8 @@
 //! `podunit logs POD [-c CONTAINER] [-f] [--previous]`: the container's output from the journal,
-//! selected by the fields every container unit sets (`LogExtraFields=POD_NAMESPACE= POD_NAME=
-//! CONTAINER_NAME=`). `--previous` is the run before the current one: systemd gives every run
-//! of a unit its own `_SYSTEMD_INVOCATION_ID` (journalctl 252 has no `--invocation` yet, so the
-//! previous id is found in the journal).
+//! read by [`crate::logs`], as the kubelet API serves it.
 use crate::common::paths::Paths;
-use crate::localsync::generator_output::{ContainerKind, GeneratedPod, PodKey};
+use crate::localsync::generator_output::{ContainerKind, GeneratedPod};
+use crate::logs::{self, LogOptions};
 use std::process::ExitCode;
 
 #[derive(clap::Args, Debug)]
@@ -23,51 +21,10 @@ pub struct Args {
     pub previous: bool,
     /// Only the last N lines.
     #[arg(long)]
-    pub tail: Option<usize>,
-}
-
-/// The journalctl command line for a container's log. Pure, so its matches are tested.
-pub fn journalctl_args(
-    pod: &PodKey,
-    container: &str,
-    follow: bool,
-    tail: Option<usize>,
-    invocation: Option<&str>,
-) -> Vec<String> {
-    let mut v: Vec<String> = ["journalctl", "--no-pager", "--quiet", "-o", "cat"]
-        .map(String::from)
-        .to_vec();
-    if follow {
-        v.push("--follow".into());
-    }
-    if let Some(n) = tail {
-        v.push(format!("--lines={n}"));
-    }
-    // Matches on different fields are ANDed by journalctl.
-    v.push(format!("POD_NAMESPACE={}", pod.namespace));
-    v.push(format!("POD_NAME={}", pod.name));
-    v.push(format!("CONTAINER_NAME={container}"));
-    if let Some(id) = invocation {
-        v.push(format!("_SYSTEMD_INVOCATION_ID={id}"));
-    }
-    v
-}
-
-/// The invocation before `current` among the invocation ids in journal order. When the current
-/// run has logged nothing yet, the last one logged is the previous run.
-pub fn previous_invocation(ids_in_order: &[String], current: &str) -> Option<String> {
-    let mut distinct: Vec<&str> = Vec::new();
-    for id in ids_in_order {
-        if distinct.last() != Some(&id.as_str()) && !id.is_empty() {
-            distinct.retain(|d| d != id);
-            distinct.push(id);
-        }
-    }
-    match distinct.iter().position(|d| *d == current) {
-        Some(0) => None,
-        Some(i) => Some(distinct[i - 1].to_string()),
-        None => distinct.last().map(|s| s.to_string()),
-    }
+    pub tail: Option<u64>,
+    /// Each line prefixed with its time (RFC 3339).
+    #[arg(long)]
+    pub timestamps: bool,
 }
 
 /// The container to show: the one asked for, or the only/first app container (as kubectl
@@ -144,71 +101,40 @@ fn run_inner(args: &Args) -> Result<ExitCode, String> {
             .unit_state(unit)
             .map_err(|e| e.to_string())?
             .invocation_id;
-        let mut argv = journalctl_args(&pod.key, &container, false, None, None);
-        argv.extend(["-o", "json", "--output-fields=_SYSTEMD_INVOCATION_ID"].map(String::from));
-        let out = std::process::Command::new(&argv[0])
-            .args(&argv[1..])
-            .output()
-            .map_err(|e| format!("cannot run journalctl: {e}"))?;
-        let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-            .filter_map(|v| v["_SYSTEMD_INVOCATION_ID"].as_str().map(str::to_string))
-            .collect();
-        match previous_invocation(&ids, &current) {
-            Some(id) => Some(id),
-            None => {
-                return Err(format!(
-                    "previous terminated container \"{container}\" in pod {} not found",
-                    pod.key
-                ));
-            }
-        }
+        Some(logs::find_previous(&pod.key, &container, &current).map_err(|e| e.to_string())?)
     } else {
         None
     };
-    let argv = journalctl_args(
-        &pod.key,
-        &container,
-        args.follow,
-        args.tail,
-        invocation.as_deref(),
-    );
-    let st = std::process::Command::new(&argv[0])
-        .args(&argv[1..])
-        .status()
-        .map_err(|e| format!("cannot run journalctl: {e}"))?;
-    Ok(if st.success() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
+    let opts = LogOptions {
+        follow: args.follow,
+        tail_lines: args.tail,
+        timestamps: args.timestamps,
+        invocation,
+        ..Default::default()
+    };
+    logs::stream(&pod.key, &container, &opts, &mut Stdout, &|| true).map_err(|e| e.to_string())?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Standard output as [`super::output`] writes it: a closed pipe ends the program as it ends
+/// `podunit status | head`.
+struct Stdout;
+
+impl std::io::Write for Stdout {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        super::output::write_bytes(b);
+        Ok(b.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn journalctl_matches_the_unit_fields() {
-        let k = PodKey::new("default", "web");
-        assert_eq!(
-            journalctl_args(&k, "nginx", true, Some(5), Some("abc")),
-            vec![
-                "journalctl",
-                "--no-pager",
-                "--quiet",
-                "-o",
-                "cat",
-                "--follow",
-                "--lines=5",
-                "POD_NAMESPACE=default",
-                "POD_NAME=web",
-                "CONTAINER_NAME=nginx",
-                "_SYSTEMD_INVOCATION_ID=abc"
-            ]
-        );
-    }
+    use crate::localsync::generator_output::PodKey;
 
     fn pod_of(containers: &[(&str, ContainerKind)]) -> GeneratedPod {
         GeneratedPod {
@@ -255,21 +181,5 @@ mod tests {
             pick_container(&pod_of(&[("only", App)]), None).as_deref(),
             Ok("only")
         );
-    }
-
-    #[test]
-    fn previous_invocation_is_the_run_before() {
-        let ids = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        assert_eq!(
-            previous_invocation(&ids(&["a", "a", "b", "b", "c"]), "c").as_deref(),
-            Some("b")
-        );
-        // The current run has not logged yet: the last one that did is the previous.
-        assert_eq!(
-            previous_invocation(&ids(&["a", "b"]), "c").as_deref(),
-            Some("b")
-        );
-        assert_eq!(previous_invocation(&ids(&["c"]), "c"), None);
-        assert_eq!(previous_invocation(&ids(&[]), "c"), None);
     }
 }

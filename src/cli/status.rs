@@ -347,13 +347,14 @@ fn run_inner(args: &Args) -> Result<(), String> {
             for c in &pod.containers {
                 outln!();
                 outln!("--- {} (last {} log lines) ---", c.name, args.tail);
-                let argv =
-                    super::logs::journalctl_args(&pod.key, &c.name, false, Some(args.tail), None);
-                let out = std::process::Command::new(&argv[0])
-                    .args(&argv[1..])
-                    .output()
-                    .map_err(|e| format!("cannot run journalctl: {e}"))?;
-                out!("{}", String::from_utf8_lossy(&out.stdout));
+                let opts = crate::logs::LogOptions {
+                    tail_lines: Some(args.tail as u64),
+                    ..Default::default()
+                };
+                let mut text = Vec::new();
+                crate::logs::stream(&pod.key, &c.name, &opts, &mut text, &|| true)
+                    .map_err(|e| e.to_string())?;
+                super::output::write_bytes(&text);
             }
         }
     }

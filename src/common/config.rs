@@ -38,6 +38,38 @@ pub struct Config {
     pub restart_backoff_steps: bool,
     /// Registry mirrors, CA files, insecure registries, the credentials file (docs/images.md).
     pub registries: crate::image::registries::Registries,
+    /// The kubelet API (logs, stats) that the API server proxies to: cluster mode only.
+    pub kubelet_server: KubeletServer,
+}
+
+/// The node's kubelet API server (docs/cluster-mode.md). Serves in cluster mode only: requests are
+/// authenticated and authorised through the API server, which local mode has none of.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct KubeletServer {
+    /// The port (kubelet: 10250); 0 turns the server off.
+    pub port: u16,
+    /// The address to listen on (all of the node's by default).
+    pub address: String,
+    /// A serving certificate (PEM, chain) and its key; both or neither. Without them the node makes
+    /// its own key and a self-signed certificate for its addresses.
+    pub tls_cert_file: Option<PathBuf>,
+    pub tls_private_key_file: Option<PathBuf>,
+    /// The CA that client certificates must chain to; default: the kubeconfig's CA.
+    #[serde(rename = "clientCAFile")]
+    pub client_ca_file: Option<PathBuf>,
+}
+
+impl Default for KubeletServer {
+    fn default() -> Self {
+        KubeletServer {
+            port: 10250,
+            address: "0.0.0.0".into(),
+            tls_cert_file: None,
+            tls_private_key_file: None,
+            client_ca_file: None,
+        }
+    }
 }
 
 /// The pods' network.

@@ -3,7 +3,8 @@
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{
-    Node, NodeAddress, NodeCondition, NodeSpec, NodeStatus, NodeSystemInfo,
+    DaemonEndpoint, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeSpec, NodeStatus,
+    NodeSystemInfo,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference, Time};
@@ -33,6 +34,8 @@ pub struct HostInfo {
     pub arch: String,
     /// `systemd://<version>`: our container runtime.
     pub runtime_version: String,
+    /// The kubelet API's port (daemonEndpoints); 0 when it is not served.
+    pub kubelet_port: u16,
 }
 
 /// `v1.33.0-podunit-<version>`: the API version the types are from, and that this is podunit.
@@ -163,6 +166,11 @@ pub fn status(info: &HostInfo, prev: Option<&NodeStatus>, now: Timestamp) -> Nod
             system_uuid: info.machine_id.clone(),
             ..Default::default()
         }),
+        daemon_endpoints: (info.kubelet_port != 0).then(|| NodeDaemonEndpoints {
+            kubelet_endpoint: Some(DaemonEndpoint {
+                port: i32::from(info.kubelet_port),
+            }),
+        }),
         ..Default::default()
     }
 }
@@ -263,6 +271,7 @@ pub fn gather(storage: &Path, override_ip: Option<&str>) -> HostInfo {
         os_image: os_pretty_name(&read("/etc/os-release")),
         arch: go_arch(std::env::consts::ARCH).to_string(),
         runtime_version: String::new(),
+        kubelet_port: 0,
     }
 }
 
@@ -335,6 +344,7 @@ mod tests {
             os_image: "Debian GNU/Linux 12 (bookworm)".into(),
             arch: "amd64".into(),
             runtime_version: "systemd://252".into(),
+            kubelet_port: 10250,
         }
     }
 
@@ -364,6 +374,10 @@ mod tests {
         let ready = &v["status"]["conditions"][3];
         assert_eq!(ready["type"], "Ready");
         assert_eq!(ready["status"], "True");
+        assert_eq!(
+            v["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"],
+            10250
+        );
     }
 
     #[test]

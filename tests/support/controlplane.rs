@@ -34,6 +34,8 @@ const ETCD_PEER: &str = "http://127.0.0.1:2380";
 /// Where the node's kubeconfig goes inside the machine.
 pub const NODE_KUBECONFIG: &str = "/etc/podunit/node.kubeconfig";
 const START_TIMEOUT: Duration = Duration::from_secs(180);
+/// The user the API server is when it calls a kubelet.
+pub const KUBELET_CLIENT: &str = "kube-apiserver-kubelet-client";
 
 fn kubernetes_dir() -> PathBuf {
     std::env::var_os("PODUNIT_TEST_KUBERNETES")
@@ -204,6 +206,13 @@ impl ControlPlane {
         );
         pki.client("admin", "podunit-test-admin", "system:masters");
         pki.client("node", &format!("system:node:{node}"), "system:nodes");
+        // How the API server authenticates to kubelets (`--kubelet-client-certificate`); RBAC
+        // gives it system:kubelet-api-admin in `bootstrap`.
+        pki.issue(
+            "kubelet-client",
+            &format!("/CN={KUBELET_CLIENT}"),
+            "extendedKeyUsage=clientAuth",
+        );
         run_ok(pki.openssl().args([
             "genpkey",
             "-algorithm",
@@ -302,6 +311,13 @@ impl ControlPlane {
             // Loopback is its only address, which may not be an Endpoints address.
             .arg("--endpoint-reconciler-type=none")
             .arg("--profiling=false")
+            .arg(format!(
+                "--kubelet-client-certificate={}",
+                p("kubelet-client.crt")
+            ))
+            .arg(format!("--kubelet-client-key={}", p("kubelet-client.key")))
+            // The node reports its loopback address; its host name means nothing here.
+            .arg("--kubelet-preferred-address-types=InternalIP,Hostname")
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .spawn()
@@ -384,6 +400,28 @@ impl ControlPlane {
         )
     }
 
+    /// A client certificate and key from the cluster's CA for user `cn` in group `org` (none when
+    /// empty): (cert, key) paths on the host.
+    pub fn client_cert(&self, name: &str, cn: &str, org: &str) -> (PathBuf, PathBuf) {
+        if org.is_empty() {
+            self.pki
+                .issue(name, &format!("/CN={cn}"), "extendedKeyUsage=clientAuth");
+        } else {
+            self.pki.client(name, cn, org);
+        }
+        (
+            self.pki.path(&format!("{name}.crt")),
+            self.pki.path(&format!("{name}.key")),
+        )
+    }
+
+    /// A client certificate for `cn` from a CA the cluster does not know.
+    pub fn foreign_client_cert(&self, cn: &str) -> (PathBuf, PathBuf) {
+        let other = Pki::new(self.dir.join("pki-foreign"));
+        other.client("foreign", cn, "system:masters");
+        (other.path("foreign.crt"), other.path("foreign.key"))
+    }
+
     /// kubectl (the host's) as the cluster admin, in the machine's network.
     pub fn kubectl(&self) -> Command {
         let cfg = self.dir.join("admin.kubeconfig");
@@ -460,6 +498,12 @@ impl ControlPlane {
             {"apiVersion": "v1", "kind": "ConfigMap",
              "metadata": {"name": "kube-root-ca.crt", "namespace": "default"},
              "data": {"ca.crt": ca}},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+             "metadata": {"name": "kube-apiserver-kubelet-client"},
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                         "name": "system:kubelet-api-admin"},
+             "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                           "name": KUBELET_CLIENT}]},
         ]});
         self.kubectl_ok(&["create", "-f", "-"], Some(&objects.to_string()));
     }

@@ -27,6 +27,8 @@ pub struct AgentConfig {
     pub node_ip: Option<String>,
     /// `systemd://<version>` for nodeInfo.
     pub runtime_version: String,
+    /// The port the kubelet API listens on (daemonEndpoints); 0: not served.
+    pub kubelet_port: u16,
 }
 
 /// State shared between the loops.

@@ -39,6 +39,7 @@ pub fn node_loop(client: Client, cfg: AgentConfig, shared: Arc<Shared>) {
     let storage = cfg.paths.host(Paths::STATE);
     let mut info = node::gather(storage.parent().unwrap_or(&storage), cfg.node_ip.as_deref());
     info.runtime_version = cfg.runtime_version.clone();
+    info.kubelet_port = cfg.kubelet_port;
     *shared.node_ips.lock().unwrap() = info.addresses.clone();
     let mut node_obj = loop {
         match register(&client, &cfg, &info) {
@@ -72,6 +73,7 @@ pub fn node_loop(client: Client, cfg: AgentConfig, shared: Arc<Shared>) {
         }
         let mut fresh = node::gather(storage.parent().unwrap_or(&storage), cfg.node_ip.as_deref());
         fresh.runtime_version = cfg.runtime_version.clone();
+        fresh.kubelet_port = cfg.kubelet_port;
         *shared.node_ips.lock().unwrap() = fresh.addresses.clone();
         let prev = posted.as_ref().or(node_obj.status.as_ref());
         let st = node::status(&fresh, prev, now());

@@ -1,0 +1,164 @@
+//! Starting the server, accepting connections and serving each on its own thread.
+
+use super::{auth, http, routes, stats, tls};
+use crate::common::config::KubeletServer;
+use crate::common::paths::Paths;
+use crate::kube::client::Client;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+/// Connections served at once; more are closed at once (the API server retries).
+const MAX_CONNECTIONS: usize = 128;
+/// A connection that sends nothing (or takes a write) for this long is dropped.
+const IO_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Why the server could not start.
+#[derive(Debug)]
+pub enum StartError {
+    Tls(tls::TlsError),
+    Listen(SocketAddr, std::io::Error),
+    Address(String),
+}
+
+impl std::fmt::Display for StartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StartError::Tls(e) => write!(f, "{e}"),
+            StartError::Listen(a, e) => write!(f, "listen on {a}: {e}"),
+            StartError::Address(a) => write!(f, "kubeletServer.address: not an IP address: {a:?}"),
+        }
+    }
+}
+
+impl std::error::Error for StartError {}
+
+/// What the handlers share.
+pub(crate) struct State {
+    pub node_name: String,
+    pub paths: Paths,
+    pub gate: auth::Gate,
+    pub rates: stats::CpuRates,
+}
+
+/// Starts the server in the background for the life of the process; returns the port it
+/// listens on. `kube_ca_pem` is the client CA unless the config names one; `names` are the
+/// node's host name and addresses, for a self-signed certificate.
+pub fn start(
+    client: Client,
+    cfg: &KubeletServer,
+    node_name: &str,
+    paths: &Paths,
+    kube_ca_pem: &[u8],
+    names: &[String],
+) -> Result<u16, StartError> {
+    let ca = match &cfg.client_ca_file {
+        Some(p) => {
+            let p = paths.host(&p.to_string_lossy());
+            std::fs::read(&p).map_err(|e| StartError::Tls(tls::TlsError::File(p, e.to_string())))?
+        }
+        None => kube_ca_pem.to_vec(),
+    };
+    let verifier = tls::client_verifier(&ca).map_err(StartError::Tls)?;
+    let serving = match (&cfg.tls_cert_file, &cfg.tls_private_key_file) {
+        (Some(c), Some(k)) => tls::load_files(
+            &paths.host(&c.to_string_lossy()),
+            &paths.host(&k.to_string_lossy()),
+        ),
+        (None, None) => tls::self_signed(&paths.host(tls::SERVING_DIR), names),
+        _ => Err(tls::TlsError::Config(
+            "kubeletServer: tlsCertFile and tlsPrivateKeyFile go together".into(),
+        )),
+    }
+    .map_err(StartError::Tls)?;
+    let tls_cfg = tls::server_config(serving, verifier.clone()).map_err(StartError::Tls)?;
+    let ip = cfg
+        .address
+        .parse()
+        .map_err(|_| StartError::Address(cfg.address.clone()))?;
+    let addr = SocketAddr::new(ip, cfg.port);
+    let listener = TcpListener::bind(addr).map_err(|e| StartError::Listen(addr, e))?;
+    let port = listener.local_addr().map(|a| a.port()).unwrap_or(cfg.port);
+    let state = Arc::new(State {
+        node_name: node_name.to_string(),
+        paths: paths.clone(),
+        gate: auth::Gate::new(client, node_name.to_string(), verifier),
+        rates: stats::CpuRates::default(),
+    });
+    std::thread::spawn(move || accept_loop(listener, tls_cfg, state));
+    Ok(port)
+}
+
+fn accept_loop(listener: TcpListener, tls_cfg: Arc<rustls::ServerConfig>, state: Arc<State>) {
+    let open = Arc::new(AtomicUsize::new(0));
+    for conn in listener.incoming() {
+        let Ok(tcp) = conn else { continue };
+        if open.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
+            open.fetch_sub(1, Ordering::SeqCst);
+            continue;
+        }
+        let (cfg, state, done) = (tls_cfg.clone(), state.clone(), open.clone());
+        let spawned = std::thread::Builder::new()
+            .name("kubelet-conn".into())
+            .stack_size(256 * 1024)
+            .spawn(move || {
+                serve_connection(tcp, cfg, &state);
+                done.fetch_sub(1, Ordering::SeqCst);
+            });
+        if spawned.is_err() {
+            open.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
+
+pub(super) type Tls = rustls::StreamOwned<rustls::ServerConnection, TcpStream>;
+
+fn serve_connection(tcp: TcpStream, cfg: Arc<rustls::ServerConfig>, state: &State) {
+    let _ = tcp.set_read_timeout(Some(IO_TIMEOUT));
+    let _ = tcp.set_write_timeout(Some(IO_TIMEOUT));
+    let _ = tcp.set_nodelay(true);
+    let Ok(conn) = rustls::ServerConnection::new(cfg) else {
+        return;
+    };
+    let mut stream: Tls = rustls::StreamOwned::new(conn, tcp);
+    let mut buf = Vec::new();
+    loop {
+        let req = match http::read_request(&mut stream, &mut buf) {
+            Ok(Some(r)) => r,
+            Ok(None) | Err(http::ReadError::Io(_)) => return,
+            Err(http::ReadError::Head(e)) => {
+                let msg = format!("{e:?}\n");
+                let _ = http::write_response(
+                    &mut stream,
+                    e.status(),
+                    "text/plain; charset=utf-8",
+                    msg.as_bytes(),
+                    true,
+                );
+                return;
+            }
+        };
+        let keep = routes::handle(state, &mut stream, &req);
+        if !keep || req.close {
+            let _ = std::io::Write::flush(&mut stream);
+            stream.conn.send_close_notify();
+            let _ = stream.conn.complete_io(&mut stream.sock);
+            return;
+        }
+    }
+}
+
+/// Whether the peer of a connection that is being answered is still there.
+pub(crate) fn peer_alive(sock: &TcpStream) -> bool {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    use std::os::fd::AsFd;
+    let mut fds = [PollFd::new(sock.as_fd(), PollFlags::POLLIN)];
+    match poll(&mut fds, PollTimeout::ZERO) {
+        Ok(0) => true,
+        // Readable in the middle of a streamed response: the client's end of the stream (FIN or
+        // a TLS close_notify); it sends nothing else meanwhile.
+        Ok(_) => false,
+        Err(_) => false,
+    }
+}

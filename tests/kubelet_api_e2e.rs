@@ -1,0 +1,386 @@
+//! The kubelet API served by podunit-sync, used the way operators use it: kubectl through a real
+//! kube-apiserver (tests/support/controlplane.rs), which authenticates to the node with its
+//! `--kubelet-client-certificate` and proxies `kubectl logs` and `get --raw .../proxy/...` to it.
+//! The auth cases talk to the node's port directly with curl. Needs root, systemd-nspawn and the
+//! built kube-apiserver; fails (never skips) without them.
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use support::controlplane::{ControlPlane, NODE_KUBECONFIG};
+use support::nspawn::Machine;
+use support::pods::{SOON, ctr_unit, wait_state};
+
+const NODE: &str = "kubelet-node";
+const PORT: u16 = 10250;
+
+/// Configures podunit-sync for cluster mode and (re)starts it.
+fn start_sync(m: &Machine) {
+    m.write(
+        "/etc/podunit/config.yaml",
+        format!("nodeName: {NODE}\nkubeconfig: {NODE_KUBECONFIG}\n").as_bytes(),
+    );
+    support::pods::start_sync(m);
+}
+
+fn pod_yaml(name: &str, restart: &str, script: &str) -> String {
+    json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"nodeName": NODE, "restartPolicy": restart, "terminationGracePeriodSeconds": 2,
+            "containers": [{"name": "main", "image": "host", "command": ["/bin/sh", "-c", script]}]}})
+    .to_string()
+}
+
+/// kubectl's output, or its error output when it fails.
+fn kubectl(cp: &ControlPlane, args: &[&str]) -> Result<String, String> {
+    let out = cp.kubectl().args(args).output().expect("run kubectl");
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+/// `program` in the machine's network namespace (the host's other namespaces).
+fn in_machine_net(m: &Machine, program: &str) -> Command {
+    let mut c = Command::new("nsenter");
+    c.arg(format!("--net=/proc/{}/ns/net", m.leader()))
+        .args(["--", program])
+        .stdin(Stdio::null());
+    c
+}
+
+/// The HTTP status of `GET https://127.0.0.1:10250{path}` from the machine's network, with
+/// extra curl arguments (credentials).
+fn status_of(m: &Machine, path: &str, extra: &[&str]) -> String {
+    let out = in_machine_net(m, "curl")
+        .args(["-sk", "-o", "/dev/null", "-w", "%{http_code}"])
+        .args(extra)
+        .arg(format!("https://127.0.0.1:{PORT}{path}"))
+        .output()
+        .expect("run curl");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+fn cert_args<'a>(crt: &'a Path, key: &'a Path) -> [String; 4] {
+    [
+        "--cert".into(),
+        crt.display().to_string(),
+        "--key".into(),
+        key.display().to_string(),
+    ]
+}
+
+/// CPU time (ns) and working set (bytes) of a unit, from its cgroup's own files in the machine
+/// (cgroup v2, or the v1 cpuacct and memory hierarchies).
+fn cgroup_numbers(m: &Machine, unit: &str) -> (u64, u64) {
+    let cg = m.prop(unit, "ControlGroup");
+    assert!(!cg.is_empty(), "{unit} has no cgroup");
+    let read = |p: String| {
+        m.read_string(&p).unwrap_or_else(|| {
+            panic!(
+                "{p} missing:\n{}",
+                m.sh("ls -l /sys/fs/cgroup").stdout.escape_ascii()
+            )
+        })
+    };
+    let number = |text: &str| text.trim().parse::<u64>().expect("a number");
+    let field = |text: &str, key: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(key)?.strip_prefix(' '))
+            .map(number)
+            .unwrap_or_else(|| panic!("no {key} in:\n{text}"))
+    };
+    if m.read("/sys/fs/cgroup/cgroup.controllers").is_some() {
+        let d = format!("/sys/fs/cgroup{cg}");
+        let cpu = field(&read(format!("{d}/cpu.stat")), "usage_usec") * 1000;
+        let current = number(&read(format!("{d}/memory.current")));
+        let inactive = field(&read(format!("{d}/memory.stat")), "inactive_file");
+        (cpu, current.saturating_sub(inactive))
+    } else {
+        // Hybrid: CPU time in the v2 tree (there whether or not a controller is on).
+        let cpu = field(
+            &read(format!("/sys/fs/cgroup/unified{cg}/cpu.stat")),
+            "usage_usec",
+        ) * 1000;
+        let d = format!("/sys/fs/cgroup/memory{cg}");
+        let usage = number(&read(format!("{d}/memory.usage_in_bytes")));
+        let inactive = field(&read(format!("{d}/memory.stat")), "total_inactive_file");
+        (cpu, usage.saturating_sub(inactive))
+    }
+}
+
+#[test]
+fn logs_stats_and_auth_through_a_real_apiserver() {
+    let m = Machine::boot("kubelet-api");
+    // On a cgroup v1 host, systemd keeps CPU time (cpuacct) only with CPU accounting on, which
+    // is its default on v2 alone.
+    if m.read("/sys/fs/cgroup/cgroup.controllers").is_none() {
+        m.write(
+            "/etc/systemd/system.conf.d/podunit-cpu-accounting.conf",
+            b"[Manager]\nDefaultCPUAccounting=yes\n",
+        );
+        m.sh_ok("systemctl daemon-reexec");
+    }
+    let cp = ControlPlane::start(&m, NODE);
+    start_sync(&m);
+
+    // The Node reports the port the API server dials.
+    m.wait_for("daemonEndpoints on the Node", SOON, || {
+        let port = kubectl(
+            &cp,
+            &[
+                "get",
+                "node",
+                NODE,
+                "-o",
+                "jsonpath={.status.daemonEndpoints.kubeletEndpoint.Port}",
+            ],
+        )
+        .ok()?;
+        (port.trim() == PORT.to_string()).then_some(())
+    });
+
+    m.sh_ok("rm -f /srv/probe/go");
+    cp.kubectl_ok(
+        &["apply", "-f", "-"],
+        Some(&pod_yaml(
+            "talker",
+            "Always",
+            "echo one; echo two; echo three; while [ ! -e /srv/probe/go ]; do sleep 0.2; done; \
+             echo appended; exec sleep 100000",
+        )),
+    );
+    wait_state(&m, &ctr_unit("default", "talker", "main"), &["active"]);
+
+    // Plain, --tail, --timestamps: what the container wrote, through the API server.
+    let plain = m.wait_for("kubectl logs talker", SOON, || {
+        kubectl(&cp, &["logs", "talker"])
+            .ok()
+            .filter(|s| s.lines().count() == 3)
+    });
+    assert_eq!(plain, "one\ntwo\nthree\n");
+    assert_eq!(
+        kubectl(&cp, &["logs", "talker", "--tail=1"]).unwrap(),
+        "three\n"
+    );
+    assert_eq!(
+        kubectl(&cp, &["logs", "talker", "-c", "main", "--limit-bytes=6"]).unwrap(),
+        "one\ntw"
+    );
+    let stamped = kubectl(&cp, &["logs", "talker", "--timestamps"]).unwrap();
+    let lines: Vec<&str> = stamped.lines().collect();
+    assert_eq!(lines.len(), 3, "{stamped}");
+    for (l, want) in lines.iter().zip(["one", "two", "three"]) {
+        let (ts, msg) = l.split_once(' ').unwrap();
+        assert_eq!(msg, want);
+        assert!(
+            ts.len() >= 20 && ts.ends_with('Z') && ts.as_bytes()[10] == b'T',
+            "not an RFC 3339 time: {ts}"
+        );
+    }
+    // sinceTime after every line: nothing.
+    let later = "2100-01-01T00:00:00Z";
+    assert_eq!(
+        kubectl(&cp, &["logs", "talker", &format!("--since-time={later}")]).unwrap(),
+        ""
+    );
+    let missing = kubectl(&cp, &["logs", "nosuchpod"]).unwrap_err();
+    assert!(missing.contains("not found"), "{missing}");
+
+    // -f: a line written while following arrives; the stream ends when kubectl goes away.
+    let mut follow = cp
+        .kubectl()
+        .args(["logs", "-f", "talker"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = mpsc::channel();
+    let stdout = follow.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for l in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(l).is_err() {
+                return;
+            }
+        }
+    });
+    let next = || rx.recv_timeout(SOON).expect("a followed line");
+    assert_eq!([next(), next(), next()], ["one", "two", "three"]);
+    m.sh_ok("touch /srv/probe/go");
+    assert_eq!(next(), "appended");
+    let _ = follow.kill();
+    let _ = follow.wait();
+    // The API server hangs up on the node when its client goes away: the node closes its end
+    // (a connection it kept serving would stay in CLOSE-WAIT).
+    m.wait_for("the followed stream closed by the node", SOON, || {
+        let out = in_machine_net(&m, "ss")
+            .args(["-Htn", "state", "close-wait", "sport", "=", ":10250"])
+            .output()
+            .unwrap();
+        (out.status.success() && out.stdout.is_empty()).then_some(())
+    });
+
+    // /stats/summary and /metrics/resource, checked against the cgroup's own numbers read
+    // before and after (CPU time only grows; a sleeping shell's memory barely moves).
+    let unit = ctr_unit("default", "talker", "main");
+    let before = cgroup_numbers(&m, &unit);
+    let raw = cp.kubectl_ok(
+        &[
+            "get",
+            "--raw",
+            &format!("/api/v1/nodes/{NODE}/proxy/stats/summary"),
+        ],
+        None,
+    );
+    let metrics = cp.kubectl_ok(
+        &[
+            "get",
+            "--raw",
+            &format!("/api/v1/nodes/{NODE}/proxy/metrics/resource"),
+        ],
+        None,
+    );
+    let after = cgroup_numbers(&m, &unit);
+    let summary: Value = serde_json::from_str(&raw).unwrap();
+    assert_eq!(summary["node"]["nodeName"], NODE);
+    let pod = summary["pods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["podRef"]["name"] == "talker")
+        .unwrap_or_else(|| panic!("talker not in the summary: {raw}"));
+    let ctr = &pod["containers"][0];
+    assert_eq!(ctr["name"], "main");
+    let cpu = ctr["cpu"]["usageCoreNanoSeconds"].as_u64().unwrap();
+    assert!(
+        before.0 <= cpu && cpu <= after.0,
+        "cpu {cpu} not within the cgroup's {} .. {}",
+        before.0,
+        after.0
+    );
+    let ws = ctr["memory"]["workingSetBytes"].as_u64().unwrap();
+    let (lo, hi) = (before.1.min(after.1), before.1.max(after.1));
+    let slack = 256 * 1024;
+    assert!(
+        lo.saturating_sub(slack) <= ws && ws <= hi + slack,
+        "working set {ws} not near the cgroup's {lo} .. {hi}"
+    );
+    assert!(pod["cpu"]["usageCoreNanoSeconds"].as_u64().unwrap() >= cpu);
+    assert!(
+        summary["node"]["memory"]["workingSetBytes"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+    let line = metrics
+        .lines()
+        .find(|l| {
+            l.starts_with(
+                "container_cpu_usage_seconds_total{container=\"main\",namespace=\"default\",pod=\"talker\"} ",
+            )
+        })
+        .unwrap_or_else(|| panic!("no container_cpu_usage_seconds_total for talker:\n{metrics}"));
+    let secs: f64 = line.split(' ').nth(1).unwrap().parse().unwrap();
+    assert!(
+        before.0 as f64 / 1e9 - 1e-9 <= secs && secs <= after.0 as f64 / 1e9 + 1e-9,
+        "{line}"
+    );
+    assert!(metrics.contains("# TYPE container_memory_working_set_bytes gauge\n"));
+    assert!(metrics.contains("\nnode_memory_working_set_bytes "));
+
+    // --previous: the run before the current one.
+    cp.kubectl_ok(
+        &["apply", "-f", "-"],
+        Some(&pod_yaml(
+            "crasher",
+            "Always",
+            "echo run-$(cat /proc/sys/kernel/random/uuid); sleep 1; exit 3",
+        )),
+    );
+    let current = m.wait_for("crasher restarted", Duration::from_secs(120), || {
+        let restarts = kubectl(
+            &cp,
+            &[
+                "get",
+                "pod",
+                "crasher",
+                "-o",
+                "jsonpath={.status.containerStatuses[0].restartCount}",
+            ],
+        )
+        .ok()?;
+        if restarts.trim().parse::<u32>().ok()? < 1 {
+            return None;
+        }
+        kubectl(&cp, &["logs", "crasher"])
+            .ok()
+            .filter(|s| s.starts_with("run-"))
+    });
+    let previous = kubectl(&cp, &["logs", "crasher", "--previous"]).unwrap();
+    assert!(
+        previous.starts_with("run-") && previous.lines().count() == 1,
+        "{previous}"
+    );
+    assert_ne!(previous, current, "--previous shows the current run");
+
+    // Authentication and authorisation at the node's port.
+    assert_eq!(status_of(&m, "/pods", &[]), "401", "anonymous");
+    let (fcrt, fkey) = cp.foreign_client_cert("podunit-test-admin");
+    let foreign = cert_args(&fcrt, &fkey);
+    let foreign: Vec<&str> = foreign.iter().map(|s| s.as_str()).collect();
+    assert_eq!(
+        status_of(&m, "/pods", &foreign),
+        "401",
+        "a certificate from another CA"
+    );
+    assert_eq!(
+        status_of(
+            &m,
+            "/pods",
+            &["-H", "Authorization: Bearer forged.token.value"]
+        ),
+        "401",
+        "a forged token"
+    );
+    let (ncrt, nkey) = cp.client_cert("nobody", "nobody", "");
+    let nobody = cert_args(&ncrt, &nkey);
+    let nobody: Vec<&str> = nobody.iter().map(|s| s.as_str()).collect();
+    assert_eq!(
+        status_of(&m, "/pods", &nobody),
+        "403",
+        "a user without RBAC"
+    );
+    assert_eq!(status_of(&m, "/stats/summary", &nobody), "403");
+    // A real token (TokenReview) of a service account without rights, then with them.
+    let token = cp.kubectl_ok(&["create", "token", "default"], None);
+    let bearer = format!("Authorization: Bearer {}", token.trim());
+    assert_eq!(status_of(&m, "/healthz", &["-H", &bearer]), "403");
+    cp.kubectl_ok(
+        &[
+            "create",
+            "clusterrolebinding",
+            "sa-kubelet-stats",
+            "--clusterrole=system:kubelet-api-admin",
+            "--serviceaccount=default:default",
+        ],
+        None,
+    );
+    // A denial is cached for 30 s, as the kubelet's webhook authorizer does.
+    m.wait_for(
+        "the bound service account allowed",
+        Duration::from_secs(90),
+        || (status_of(&m, "/healthz", &["-H", &bearer]) == "200").then_some(()),
+    );
+    let (acrt, akey) = cp.client_cert("kubelet-admin", "kubelet-admin", "system:masters");
+    let admin = cert_args(&acrt, &akey);
+    let admin: Vec<&str> = admin.iter().map(|s| s.as_str()).collect();
+    assert_eq!(status_of(&m, "/pods", &admin), "200");
+    assert_eq!(status_of(&m, "/nosuch", &admin), "404");
+}
