@@ -18,7 +18,7 @@ release:
 
 # The suites with `test = false` (run by test-e2e, test-packaging and bench) are not among
 # --all-targets: clippy checks them by name.
-MANUAL_SUITES := --test e2e --test sync_e2e --test sandbox_e2e --test cluster_e2e --test probes_e2e \
+MANUAL_SUITES := --test e2e --test images_e2e --test sync_e2e --test sandbox_e2e --test cluster_e2e --test probes_e2e \
 	--test apiserver_e2e --test packaging --test packaging_e2e --test bench_reload --test bench_cluster --test bench_images
 
 lint:
@@ -56,7 +56,7 @@ controlplane:
 E2E_JOBS ?= 4
 test-e2e: rootfs controlplane
 	$(CARGO) test --no-fail-fast --test e2e --test sync_e2e --test sandbox_e2e --test cluster_e2e \
-	  --test apiserver_e2e --test probes_e2e -- --test-threads=$(E2E_JOBS)
+	  --test apiserver_e2e --test probes_e2e --test images_e2e -- --test-threads=$(E2E_JOBS)
 
 # Boots a throwaway systemd machine, installs this build, runs examples/*.yaml, shows status and logs.
 # Quiet unless V=1; PODUNIT_DEMO_KEEP=1 leaves the machine running.

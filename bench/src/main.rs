@@ -2,10 +2,16 @@
 //! manifests, and prints a table (wall time and peak RSS per pod count). No timings belong in tests;
 //! they live here.
 //!
-//! Usage: `podunit-bench GENERATOR [POD_COUNT...]` (default counts: 1 100 1000 10000).
+//! Usage: `podunit-bench GENERATOR [POD_COUNT...]` (default counts: 1 110 1000).
 //! `BENCH_RUNS=N` sets the measured runs per count (default 11, 5 for 10000 pods and more).
-//! Two tables: the manifests as people write them (YAML), and the same objects as JSON, the
-//! format of the spool podunit-sync writes in cluster mode.
+//! Three tables: the manifests as people write them (YAML) without the parsed-manifest cache
+//! (cold: the first reload after a change, or /var not mounted yet), the same with the cache as
+//! podunit-sync keeps it (warm: every reload after that), and the same objects as JSON, the
+//! format of the spool podunit-sync writes in cluster mode (which needs no cache).
+//!
+//! With valgrind on PATH, one more run per count under callgrind gives the instructions per pod,
+//! the measure that holds still on a busy machine (`BENCH_CALLGRIND=0` skips it; by default it
+//! runs up to 1000 pods).
 
 mod manifest;
 mod rusage;
@@ -36,7 +42,7 @@ fn main() -> ExitCode {
         }
     };
     let counts: Vec<usize> = if counts.is_empty() {
-        vec![1, 100, 1000, 10000]
+        vec![1, 110, 1000]
     } else {
         match counts.iter().map(|c| c.parse()).collect() {
             Ok(c) => c,
@@ -75,26 +81,36 @@ fn out_base() -> PathBuf {
     }
 }
 
-/// How the benchmark's manifests are written.
+/// How the benchmark's manifests are written, and whether the cache is there.
 #[derive(Clone, Copy)]
 enum Format {
     Yaml,
+    YamlCached,
     Json,
 }
 
 impl Format {
     fn name(self) -> &'static str {
         match self {
-            Format::Yaml => "YAML (as people write manifests)",
-            Format::Json => "JSON (the spool's format)",
+            Format::Yaml => "YAML (as people write manifests), cold: no parsed-manifest cache",
+            Format::YamlCached => "YAML, warm: the parsed-manifest cache as podunit-sync keeps it",
+            Format::Json => "JSON (the spool's format; needs no cache)",
         }
     }
 
     fn file(self, i: usize) -> (String, String) {
         match self {
-            Format::Yaml => (format!("pod-{i:05}.yaml"), manifest::pod(i)),
+            Format::Yaml | Format::YamlCached => (format!("pod-{i:05}.yaml"), manifest::pod(i)),
             Format::Json => (format!("pod-{i:05}.json"), manifest::pod_json(i)),
         }
+    }
+}
+
+/// The goal for instructions per pod (half and a quarter of Quadlet's 2.79 M).
+fn goal(format: Format) -> u64 {
+    match format {
+        Format::Yaml | Format::YamlCached => 1_400_000,
+        Format::Json => 700_000,
     }
 }
 
@@ -111,15 +127,20 @@ fn run_all(generator: &Path, counts: &[usize], work: &Path, out: &Path) -> Resul
         manifest::INIT_CONTAINERS
     );
     let mut verdicts = Vec::new();
-    for (f, format) in [Format::Yaml, Format::Json].into_iter().enumerate() {
+    let mut goals = Vec::new();
+    let callgrind = callgrind_available();
+    for (f, format) in [Format::Yaml, Format::YamlCached, Format::Json]
+        .into_iter()
+        .enumerate()
+    {
         println!();
         println!("manifests: {}", format.name());
         println!();
         println!(
-            "| pods | files written | runs | wall median | wall min | CPU (user+sys) median | peak RSS median |"
+            "| pods | files written | runs | instructions per pod | wall median | wall min | CPU (user+sys) median | peak RSS median |"
         );
         println!(
-            "|-----:|--------------:|-----:|------------:|---------:|----------------------:|----------------:|"
+            "|-----:|--------------:|-----:|---------------------:|------------:|---------:|----------------------:|----------------:|"
         );
         for &n in counts {
             let runs = std::env::var("BENCH_RUNS")
@@ -131,12 +152,15 @@ fn run_all(generator: &Path, counts: &[usize], work: &Path, out: &Path) -> Resul
                 format,
                 n,
                 runs,
+                callgrind && n <= callgrind_max(),
                 &work.join(format!("f{f}-n{n}")),
                 &out.join(format!("f{f}-n{n}")),
             )?;
+            let per_pod = s.instructions.map(|i| i / n as u64);
             println!(
-                "| {n} | {} | {runs} | {} | {} | {} | {} |",
+                "| {n} | {} | {runs} | {} | {} | {} | {} | {} |",
                 s.files,
+                per_pod.map_or("-".into(), |i| format!("{:.2} M", i as f64 / 1e6)),
                 ms(s.wall_median),
                 ms(s.wall_min),
                 ms(s.cpu_median),
@@ -145,10 +169,22 @@ fn run_all(generator: &Path, counts: &[usize], work: &Path, out: &Path) -> Resul
             if n == TARGET_PODS {
                 verdicts.push((format, s.wall_median));
             }
+            if let Some(i) = per_pod.filter(|_| n > 1) {
+                goals.push((format, n, i));
+            }
         }
     }
-    if !verdicts.is_empty() {
+    if !verdicts.is_empty() || !goals.is_empty() {
         println!();
+    }
+    for (format, n, i) in goals {
+        println!(
+            "goal: at most {:.1} M instructions per pod, {} at {n} pods: {} ({:.2} M)",
+            goal(format) as f64 / 1e6,
+            format.name(),
+            if i <= goal(format) { "met" } else { "MISSED" },
+            i as f64 / 1e6
+        );
     }
     for (format, w) in verdicts {
         println!(
@@ -168,6 +204,8 @@ struct Summary {
     wall_min: Duration,
     cpu_median: Duration,
     rss_median_kib: u64,
+    /// Instructions of one run under callgrind, all threads.
+    instructions: Option<u64>,
 }
 
 /// Writes `n` manifests under `dir/root/etc/pods.d`, runs the generator once to warm the caches
@@ -178,6 +216,7 @@ fn bench(
     format: Format,
     n: usize,
     runs: usize,
+    callgrind: bool,
     dir: &Path,
     out: &Path,
 ) -> Result<Summary, String> {
@@ -188,6 +227,11 @@ fn bench(
         let (name, text) = format.file(i);
         let f = pods.join(name);
         std::fs::write(&f, text).map_err(|e| format!("{}: {e}", f.display()))?;
+    }
+    if let Format::YamlCached = format {
+        // What podunit-sync does after a reload: its own code, on the same files.
+        podunit::manifest::cache::refresh(&podunit::common::paths::Paths::with_root(&root))
+            .map_err(|e| format!("parsed-manifest cache: {e}"))?;
     }
     let stderr = dir.join("stderr");
     run_once(generator, &root, out, &stderr)?;
@@ -206,6 +250,11 @@ fn bench(
         v.sort();
         v[v.len() / 2]
     };
+    let instructions = if callgrind {
+        Some(instructions(generator, &root, out, dir)?)
+    } else {
+        None
+    };
     let mut rss: Vec<u64> = samples.iter().map(|s| s.max_rss_kib).collect();
     rss.sort();
     Ok(Summary {
@@ -214,7 +263,55 @@ fn bench(
         wall_min: samples.iter().map(|s| s.wall).min().unwrap_or_default(),
         cpu_median: median(samples.iter().map(|s| s.user + s.sys).collect()),
         rss_median_kib: rss[rss.len() / 2],
+        instructions,
     })
+}
+
+fn callgrind_available() -> bool {
+    std::env::var("BENCH_CALLGRIND").map_or(true, |v| v != "0")
+        && Command::new("valgrind")
+            .arg("--version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+}
+
+/// The largest pod count run under callgrind (about a minute for 1000 YAML pods).
+fn callgrind_max() -> usize {
+    std::env::var("BENCH_CALLGRIND_MAX")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000)
+}
+
+/// The instructions one generator run executes (every thread), counted by callgrind.
+fn instructions(generator: &Path, root: &Path, out: &Path, dir: &Path) -> Result<u64, String> {
+    let _ = std::fs::remove_dir_all(out);
+    std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
+    let profile = dir.join("callgrind.out");
+    let status = Command::new("valgrind")
+        .arg("--tool=callgrind")
+        .arg(format!("--callgrind-out-file={}", profile.display()))
+        .arg(generator)
+        .arg(out)
+        .env("PODUNIT_ROOT", root)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map_err(|e| format!("valgrind: {e}"))?;
+    if !status.success() {
+        return Err(format!(
+            "the generator under callgrind exited with {status}"
+        ));
+    }
+    let text =
+        std::fs::read_to_string(&profile).map_err(|e| format!("{}: {e}", profile.display()))?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("totals: "))
+        .and_then(|t| t.split_whitespace().next()?.parse().ok())
+        .ok_or_else(|| format!("{}: no totals line", profile.display()))
 }
 
 /// One generator run into an empty `out`; fails unless it exits 0. Messages (warnings) are shown

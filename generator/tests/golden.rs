@@ -3,6 +3,8 @@
 //! generator's report of its problems, `podunit/problems.json`, when it found any), the
 //! generator's stderr (`expected.stderr`) and its exit status (`expected.status`). The generator
 //! runs as a process, exactly as systemd runs it. `UPDATE_GOLDEN=1` rewrites the expectations.
+//! Each case runs twice: cold, and warm with the parsed-manifest cache as podunit-sync fills it
+//! (the same tree, messages and status, byte for byte).
 //! Every expected tree also passes `systemd-analyze verify` with no complaint.
 
 use std::collections::BTreeMap;
@@ -70,12 +72,21 @@ fn tempdir(name: &str) -> PathBuf {
     d
 }
 
-fn run_case(case: &Path) -> Run {
-    let tmp = tempdir(case.file_name().unwrap().to_str().unwrap());
+/// Runs the generator on `case`; `warm`: after podunit-sync's cache refresh, which returns how
+/// many entries it wrote.
+fn run_case(case: &Path, warm: bool) -> (Run, usize) {
+    let name = case.file_name().unwrap().to_str().unwrap();
+    let tmp = tempdir(&format!("{name}-{}", if warm { "warm" } else { "cold" }));
     let root = tmp.join("root");
     verify::copy_tree(&case.join("root"), &root);
     verify::copy_tree(&case.join("pods.d"), &root.join("etc/pods.d"));
     verify::copy_tree(&case.join("spool"), &root.join("var/lib/podunit/spool"));
+    let cached = if warm {
+        let paths = podunit::common::paths::Paths::with_root(&root);
+        podunit::manifest::cache::refresh(&paths).unwrap().written
+    } else {
+        0
+    };
     let out = tmp.join("out");
     std::fs::create_dir_all(&out).unwrap();
     let o = Command::new(env!("CARGO_BIN_EXE_podunit-generator"))
@@ -97,7 +108,7 @@ fn run_case(case: &Path) -> Run {
         status: o.status.code().unwrap_or(-1),
     };
     let _ = std::fs::remove_dir_all(&tmp);
-    run
+    (run, cached)
 }
 
 fn cases() -> Vec<PathBuf> {
@@ -115,9 +126,21 @@ fn cases() -> Vec<PathBuf> {
 fn golden_trees() {
     let update = std::env::var_os("UPDATE_GOLDEN").is_some();
     let mut failures = Vec::new();
-    for case in cases() {
-        let run = run_case(&case);
-        let name = case.file_name().unwrap().to_string_lossy().into_owned();
+    let mut cached = 0;
+    for (case, warm) in cases()
+        .into_iter()
+        .flat_map(|c| [(c.clone(), false), (c, true)])
+    {
+        if update && warm {
+            continue;
+        }
+        let (run, written) = run_case(&case, warm);
+        cached += written;
+        let name = format!(
+            "{}{}",
+            case.file_name().unwrap().to_string_lossy(),
+            if warm { " (warm cache)" } else { "" }
+        );
         if update {
             write_tree(&case.join("expected"), &run.tree);
             std::fs::write(case.join("expected.stderr"), &run.stderr).unwrap();
@@ -170,6 +193,10 @@ fn golden_trees() {
             run.status
         );
     }
+    assert!(
+        update || cached >= 20,
+        "the warm runs read only {cached} cached manifests"
+    );
     assert!(
         failures.is_empty(),
         "{} golden mismatch(es):\n\n{}",

@@ -67,6 +67,9 @@ pub fn main() -> ExitCode {
     // At boot the generator ran before journald, and where there is no kernel log (containers)
     // what it said about broken manifests is lost: say it again, from its report.
     localsync::log_refused(&opts.generator_dir);
+    if let Some(m) = crate::manifest::cache::refresh_message(&opts.paths) {
+        localsync::log(&m);
+    }
 
     // Cluster mode: with a kubeconfig this node is also a kubelet. Its credentials are checked now,
     // so a loose kubeconfig stops the start with the reason.

@@ -271,6 +271,25 @@ impl ImageResolver for FsImages {
     fn is_host_alias(&self, reference: &str) -> bool {
         reference == "host" || self.host_aliases.iter().any(|a| a == reference)
     }
+
+    fn stored(
+        &self,
+        reference: &crate::image::Reference,
+    ) -> Result<Option<crate::translate::image::StoredImage>, String> {
+        use crate::image::store::files::read_file;
+        /// Larger user databases are not an image's.
+        const ID_FILE_MAX: u64 = 1 << 20;
+        let store = crate::image::Store::from_paths(&self.paths);
+        let Some(img) = store.lookup(reference).map_err(|e| e.to_string())? else {
+            return Ok(None);
+        };
+        let text =
+            |p: &str| read_file(&img, p, ID_FILE_MAX).and_then(|b| String::from_utf8(b).ok());
+        let (passwd, group) = (text("/etc/passwd"), text("/etc/group"));
+        Ok(Some(crate::translate::image::StoredImage::new(
+            &img, passwd, group,
+        )))
+    }
 }
 
 /// The node policy local pods must meet, and where their host paths are resolved.

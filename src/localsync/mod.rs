@@ -579,6 +579,10 @@ pub fn run(syncer: &mut Syncer, rx: mpsc::Receiver<Msg>) -> Result<i32, Error> {
                     let _ = systemd::notify::notify(&format!("STATUS=Reconcile failed: {e}"));
                 }
             }
+            // The next reload reads unchanged YAML files from the cache.
+            if let Some(m) = crate::manifest::cache::refresh_message(&syncer.opts.paths) {
+                log(&m);
+            }
         }
     }
 }

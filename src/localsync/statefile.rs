@@ -3,7 +3,6 @@
 
 use crate::localsync::reconcile::State;
 use std::fmt;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// Host path of the record (prefixed by `PODUNIT_ROOT` like every other path).
@@ -38,31 +37,7 @@ pub fn load(path: &Path) -> Result<State, Error> {
 /// Writes `bytes` to `path` atomically, mode 0600 (the record names pods, nothing secret, but it
 /// is podunit's own business).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let io = |e| Error::Io(path.to_path_buf(), e);
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).map_err(io)?;
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
-    let result = (|| {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)?;
-        std::fs::File::open(dir)?.sync_all()
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result.map_err(io)
+    crate::common::atomicfile::write(path, bytes).map_err(|e| Error::Io(path.to_path_buf(), e))
 }
 
 pub fn save(path: &Path, state: &State) -> Result<(), Error> {

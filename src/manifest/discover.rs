@@ -47,25 +47,6 @@ pub fn list_dir(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
 /// same directory), its directory, and the directories above it up to `root`, must be owned by
 /// root and not writable by group or others. Whatever runs from these files runs as root.
 pub fn check_trusted(root: &Path, dir: &Path, file: &Path) -> Result<(), String> {
-    use std::os::unix::fs::MetadataExt;
-    let unsafe_owner = |p: &Path| -> Result<(), String> {
-        let m = std::fs::metadata(p).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
-        if m.uid() != 0 {
-            return Err(format!(
-                "{} is owned by uid {}, not root",
-                p.display(),
-                m.uid()
-            ));
-        }
-        if m.mode() & 0o022 != 0 {
-            return Err(format!(
-                "{} is writable by group or others (mode {:o})",
-                p.display(),
-                m.mode() & 0o7777
-            ));
-        }
-        Ok(())
-    };
     let link = std::fs::symlink_metadata(file).map_err(|e| format!("cannot read: {e}"))?;
     if link.file_type().is_symlink() {
         let target = std::fs::canonicalize(file).map_err(|e| format!("dangling symlink: {e}"))?;
@@ -79,14 +60,40 @@ pub fn check_trusted(root: &Path, dir: &Path, file: &Path) -> Result<(), String>
             ));
         }
     }
-    unsafe_owner(file)?;
+    root_only(file)?;
+    root_only_up_to(root, dir)
+}
+
+/// `dir` and the directories above it up to `root` are owned by root, writable by nobody else.
+pub fn root_only_up_to(root: &Path, dir: &Path) -> Result<(), String> {
     let mut d = Some(dir);
     while let Some(p) = d {
-        unsafe_owner(p)?;
+        root_only(p)?;
         if p == root || !p.starts_with(root) {
             break;
         }
         d = p.parent();
+    }
+    Ok(())
+}
+
+/// `p` is owned by root and writable by nobody else (following symlinks).
+pub fn root_only(p: &Path) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(p).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
+    if m.uid() != 0 {
+        return Err(format!(
+            "{} is owned by uid {}, not root",
+            p.display(),
+            m.uid()
+        ));
+    }
+    if m.mode() & 0o022 != 0 {
+        return Err(format!(
+            "{} is writable by group or others (mode {:o})",
+            p.display(),
+            m.mode() & 0o7777
+        ));
     }
     Ok(())
 }

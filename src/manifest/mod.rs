@@ -2,7 +2,9 @@
 //! Secrets they hold. Validation of what parsed lives in [`crate::manifest::validate`].
 
 pub mod admission;
+pub mod cache;
 pub mod discover;
+pub mod fast;
 pub mod parse;
 pub mod placement;
 pub mod typeerr;
@@ -68,11 +70,12 @@ impl Catalog {
                     .push(Problem::error(&dir, format!("cannot read directory: {e}"))),
             }
         }
+        let cache = cache::Reader::open(paths);
         let parsed = crate::common::parallel::map(&files, |(source, dir, f)| {
             // Units and messages name the host path, not the test root's.
             let shown = Path::new("/").join(f.strip_prefix(&paths.root).unwrap_or(f));
             let result = match discover::check_trusted(&paths.root, dir, f) {
-                Ok(()) => read_and_parse(f, &shown, *source),
+                Ok(()) => read_and_parse(f, &shown, *source, &cache),
                 Err(why) => (
                     Vec::new(),
                     vec![Problem::error(&shown, format!("refused: {why}"))],
@@ -94,7 +97,7 @@ impl Catalog {
 
     /// Reads `file` but names it `shown` in problems and units.
     pub fn add_file_as(&mut self, file: &Path, shown: &Path, source: Source) {
-        let (objects, problems) = read_and_parse(file, shown, source);
+        let (objects, problems) = read_and_parse(file, shown, source, &cache::Reader::none());
         self.add_parsed(shown, source, objects, problems);
     }
 
@@ -192,17 +195,22 @@ fn unknown_fields(source: Source) -> UnknownFields {
     }
 }
 
-/// Reads and parses `file`, naming it `shown`. No side effect on any catalog: files can be read
-/// in parallel.
-fn read_and_parse(file: &Path, shown: &Path, source: Source) -> (Vec<Object>, Vec<Problem>) {
+/// Reads and parses `file`, naming it `shown`; an unchanged YAML file is read from `cache`. No
+/// side effect on any catalog: files can be read in parallel.
+fn read_and_parse(
+    file: &Path,
+    shown: &Path,
+    source: Source,
+    cache: &cache::Reader,
+) -> (Vec<Object>, Vec<Problem>) {
     match read_limited(file) {
-        Ok(text) => parse::parse(shown, &text, unknown_fields(source)),
+        Ok(text) => parse::parse_cached(shown, &text, unknown_fields(source), cache),
         Err(msg) => (Vec::new(), vec![Problem::error(shown, msg)]),
     }
 }
 
 /// Reads at most [`discover::MAX_FILE_BYTES`]; a larger file is refused, not truncated.
-fn read_limited(file: &Path) -> Result<String, String> {
+pub(crate) fn read_limited(file: &Path) -> Result<String, String> {
     let f = std::fs::File::open(file).map_err(|e| format!("cannot read: {e}"))?;
     let mut buf = Vec::new();
     f.take(discover::MAX_FILE_BYTES + 1)
@@ -231,8 +239,7 @@ pub fn static_uid(namespace: &str, name: &str, file: &Path) -> String {
     h.update(name.as_bytes());
     h.update([0]);
     h.update(file.as_os_str().as_encoded_bytes());
-    let d = h.finalize();
-    let hex: String = d.iter().take(16).map(|b| format!("{b:02x}")).collect();
+    let hex = hex(&h.finalize()[..16]);
     format!(
         "{}-{}-{}-{}-{}",
         &hex[0..8],
@@ -241,4 +248,15 @@ pub fn static_uid(namespace: &str, name: &str, file: &Path) -> String {
         &hex[16..20],
         &hex[20..32]
     )
+}
+
+/// Lower-case hex of `bytes`.
+pub fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        s.push(DIGITS[usize::from(b >> 4)] as char);
+        s.push(DIGITS[usize::from(b & 15)] as char);
+    }
+    s
 }

@@ -1,5 +1,6 @@
 //! One manifest file's text -> typed Kubernetes objects, with every problem located.
 
+use super::cache::Reader;
 use crate::common::diag::{FieldPath, Problem};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use serde::de::DeserializeOwned;
@@ -26,23 +27,42 @@ pub enum UnknownFields {
 /// Returns the objects that parsed and the problems of those that did not; one bad document never
 /// hides the good ones beside it.
 pub fn parse(file: &Path, text: &str, unknown: UnknownFields) -> (Vec<Object>, Vec<Problem>) {
+    parse_cached(file, text, unknown, &Reader::none())
+}
+
+/// As [`parse`]; a YAML file whose parsed form `cache` holds is read from there (the same
+/// objects, see [`super::cache`]).
+pub fn parse_cached(
+    file: &Path,
+    text: &str,
+    unknown: UnknownFields,
+    cache: &Reader,
+) -> (Vec<Object>, Vec<Problem>) {
+    if !text.contains('\0')
+        && let Some(objects) = super::fast::objects(text).or_else(|| cache.objects(text))
+    {
+        return (objects, Vec::new());
+    }
+    parse_general(file, text, unknown)
+}
+
+/// [`parse`] without its fast ways: every document through a `serde_json::Value`, which locates
+/// every problem. What the fast ways return is what this returns (tests/parse_paths.rs).
+pub fn parse_general(
+    file: &Path,
+    text: &str,
+    unknown: UnknownFields,
+) -> (Vec<Object>, Vec<Problem>) {
     let mut objects = Vec::new();
     let mut problems = Vec::new();
     if text.contains('\0') {
         problems.push(Problem::error(file, "file contains a NUL byte"));
         return (objects, problems);
     }
-    let parsed = match json_documents(text) {
-        Some(docs) => Ok(docs),
-        None => serde_saphyr::from_multiple_with_options(text, yaml_options()),
-    };
-    let docs: Vec<Value> = match parsed {
+    let docs = match documents(text) {
         Ok(d) => d,
         Err(e) => {
-            problems.push(Problem::error(
-                file,
-                format!("not valid YAML or JSON: {}", one_line(&e.to_string())),
-            ));
+            problems.push(Problem::error(file, e));
             return (objects, problems);
         }
     };
@@ -57,33 +77,23 @@ pub fn parse(file: &Path, text: &str, unknown: UnknownFields) -> (Vec<Object>, V
     (objects, problems)
 }
 
-/// The fast path: a file whose documents are each one JSON object (`.json` manifests, the spool
-/// podunit-sync writes) is read with serde_json, many times faster than the YAML parser. Anything
-/// else (or JSON that does not parse) returns None and goes the YAML way, which also reads JSON.
+/// A file whose documents are each one JSON object (`.json` manifests, the spool podunit-sync
+/// writes) is read with serde_json, many times faster than the YAML parser. Anything else (or JSON
+/// that does not parse) returns None and goes the YAML way, which also reads JSON.
 fn json_documents(text: &str) -> Option<Vec<Value>> {
-    let mut docs = Vec::new();
-    let mut cur = String::new();
-    let flush = |cur: &mut String, docs: &mut Vec<Value>| -> Option<()> {
-        let t = cur.trim();
-        if !t.is_empty() {
-            if !t.starts_with('{') {
-                return None;
-            }
-            docs.push(serde_json::from_str(t).ok()?);
-        }
-        cur.clear();
-        Some(())
-    };
-    for line in text.lines() {
-        if line.trim_end() == "---" {
-            flush(&mut cur, &mut docs)?;
-        } else if !line.trim_start().starts_with('#') {
-            cur.push_str(line);
-            cur.push('\n');
-        }
+    super::fast::json_texts(text)?
+        .iter()
+        .map(|t| serde_json::from_str(t).ok())
+        .collect()
+}
+
+/// The documents of a YAML (or JSON) file as the general path reads them, or why it cannot.
+pub fn documents(text: &str) -> Result<Vec<Value>, String> {
+    match json_documents(text) {
+        Some(docs) => Ok(docs),
+        None => serde_saphyr::from_multiple_with_options(text, yaml_options())
+            .map_err(|e| format!("not valid YAML or JSON: {}", one_line(&e.to_string()))),
     }
-    flush(&mut cur, &mut docs)?;
-    (!docs.is_empty()).then_some(docs)
 }
 
 fn yaml_options() -> serde_saphyr::Options {

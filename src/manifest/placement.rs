@@ -100,7 +100,9 @@ impl Catalog {
                 let shown =
                     Path::new("/").join(in_dir.strip_prefix(&paths.root).unwrap_or(&in_dir));
                 let (objects, problems) = match discover::check_trusted(&paths.root, dir, &in_dir) {
-                    Ok(()) => read_and_parse(&in_dir, &shown, *source),
+                    Ok(()) => {
+                        read_and_parse(&in_dir, &shown, *source, &super::cache::Reader::none())
+                    }
                     Err(why) => (
                         Vec::new(),
                         vec![Problem::error(&shown, format!("refused: {why}"))],

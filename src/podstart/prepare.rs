@@ -38,6 +38,8 @@ pub enum PrepareError {
     Escapes {
         path: String,
     },
+    /// A container's root could not be mounted from its image.
+    Root(crate::podstart::root::RootError),
 }
 
 impl fmt::Display for PrepareError {
@@ -52,6 +54,7 @@ impl fmt::Display for PrepareError {
                 write!(f, "environment variable {name:?}: {error}")
             }
             PrepareError::Escapes { path } => write!(f, "{path:?} leaves its volume"),
+            PrepareError::Root(e) => write!(f, "{e}"),
         }
     }
 }
@@ -65,6 +68,7 @@ impl PrepareError {
     pub fn waiting_reason(&self) -> &'static str {
         match self {
             PrepareError::Missing { .. } | PrepareError::Env { .. } => "CreateContainerConfigError",
+            PrepareError::Root(_) => "CreateContainerError",
             _ => "ContainerCreating",
         }
     }
@@ -132,6 +136,37 @@ pub fn prepare(
     for f in &plan.env_files {
         let text = env_file(plan, catalog, f, node_ip)?;
         write_file(&paths.host(&f.path), text.as_bytes(), 0, 0, 0o600)?;
+    }
+    if let Some(etc) = &plan.etc {
+        write_etc_files(plan, paths, etc, node_ip)?;
+    }
+    // Last: it moves this process into the service manager's mount namespace.
+    crate::podstart::root::mount_all(plan, paths).map_err(PrepareError::Root)
+}
+
+/// The pod's name files, world-readable as in any container (the runtime directory above them is
+/// root-only; systemd binds the files themselves).
+fn write_etc_files(
+    plan: &PodPlan,
+    paths: &Paths,
+    etc: &crate::translate::plan::EtcPlan,
+    node_ip: &str,
+) -> Result<(), PrepareError> {
+    use crate::podstart::etcfiles;
+    let read = |p: &str| fs::read_to_string(paths.host(p)).unwrap_or_default();
+    let files = [
+        ("hosts", etcfiles::hosts(etc, node_ip, &read("/etc/hosts"))),
+        ("hostname", etcfiles::hostname(etc)),
+        ("resolv.conf", read("/etc/resolv.conf")),
+    ];
+    for (name, text) in files {
+        write_file(
+            &paths.host(&plan.etc_file(name)),
+            text.as_bytes(),
+            0,
+            0,
+            0o644,
+        )?;
     }
     Ok(())
 }
@@ -217,6 +252,7 @@ fn write_record(
 /// deleted, as the kubelet keeps emptyDir across container restarts and reboots.
 pub fn cleanup(plan: &PodPlan, paths: &Paths) -> Result<(), PrepareError> {
     check_dirs(plan)?;
+    crate::podstart::root::release_all(plan, paths);
     let runtime = paths.host(&plan.runtime_dir);
     match fs::remove_dir_all(&runtime) {
         Ok(()) => Ok(()),

@@ -1,13 +1,14 @@
 //! One container -> one service unit.
 
-use super::image::{self, ImageResolver, ImageRoot};
+use super::image::{self, ImageResolver, ImageRoot, StoredImage};
+use super::imagerun::{self, ArgSource, ImageUser};
 use super::volumes::{self, Ownership};
 use super::{Fault, NodeFacts, env, resources, security};
 use crate::common::paths::Paths;
 use crate::escape::Arg;
 use crate::manifest::PodEntry;
 use crate::translate::naming;
-use crate::translate::plan::{EnvFilePlan, PodPlan};
+use crate::translate::plan::{EnvFilePlan, PodPlan, RootPlan};
 use crate::translate::unit::{UnitFile, Value};
 use k8s_openapi::api::core::v1::{Container, Pod};
 
@@ -30,6 +31,10 @@ pub struct Built {
     /// `unit` rendered: translation renders each unit once, and the writer writes this text.
     pub text: String,
     pub env_file: Option<EnvFilePlan>,
+    /// The root to mount, when the image is a pulled one.
+    pub root: Option<RootPlan>,
+    /// The numbers an image's user resolved to (the pod's user records need them).
+    pub image_user: Option<ImageUser>,
     pub warnings: Vec<Fault>,
 }
 
@@ -153,7 +158,7 @@ fn one(
     let (ns, pod_name, uid) = (entry.namespace(), entry.name(), entry.uid());
     let spec = entry.pod.spec.as_ref().expect("validated");
     let mut faults = Vec::new();
-    let warnings = Vec::new();
+    let mut warnings = Vec::new();
     let unit_name = naming::container_service(ns, pod_name, &c.name);
     let mut u = UnitFile::new(unit_name);
     u.header = super::header(&entry.file.display().to_string());
@@ -254,6 +259,7 @@ fn one(
 
     // Root filesystem.
     let image_ref = c.image.as_deref().unwrap_or_default();
+    let mut stored: Option<Box<StoredImage>> = None;
     match image::resolve(image_ref, ctx.images) {
         Ok(ImageRoot::Host) => {}
         Ok(ImageRoot::Directory(d)) => {
@@ -262,24 +268,74 @@ fn one(
         Ok(ImageRoot::File(f)) => {
             svc.add("RootImage", Value::Path(f));
         }
-        Err(m) => faults.push(Fault::new(format!("{path}.image"), m)),
+        Ok(ImageRoot::Stored(img)) => stored = Some(img),
+        Err(u) => faults.push(Fault::new(format!("{path}.image"), u.message())),
+    }
+    let no_config = Default::default();
+    let image_config = stored.as_ref().map_or(&no_config, |i| &i.config);
+    if let Some(img) = &stored {
+        // Mounted by the pod unit's pod-prepare (see crate::podstart::root).
+        svc.add("RootDirectory", Value::Path(ctx.plan.root_dir(&c.name)));
+        let (env, bad) = imagerun::image_env(&img.config);
+        for b in bad {
+            warnings.push(Fault::new(
+                format!("{path}.image"),
+                format!("ignored: the image's environment entry {b:?} is not NAME=value"),
+            ));
+        }
+        // Under the container's own: its Environment= comes later and wins.
+        let mut base = vec![(
+            "HOSTNAME".to_string(),
+            imagerun::etc_plan(&entry.pod, ctx.node).hostname,
+        )];
+        base.extend(env);
+        svc.add("Environment", Value::Env(base));
     }
 
-    // Command line: command + args, after $(VAR) expansion.
-    let argv: Vec<Arg> = c
-        .command
-        .iter()
-        .flatten()
-        .chain(c.args.iter().flatten())
-        .map(|s| cenv.expand_arg(s))
-        .collect();
-    if c.command.as_ref().is_none_or(|v| v.is_empty()) {
-        faults.push(Fault::new(
+    // Command line: command + args (after $(VAR) expansion) with the image's Entrypoint and Cmd.
+    let command = c.command.as_deref().unwrap_or_default();
+    let args = c.args.as_deref().unwrap_or_default();
+    match imagerun::command_line(command, args, image_config) {
+        // Only a pulled image has an Entrypoint and a Cmd to run.
+        Some(_) if stored.is_none() && command.is_empty() => faults.push(no_command(path)),
+        Some(line) => {
+            let argv: Vec<Arg> = line
+                .iter()
+                .map(|a| match a {
+                    ArgSource::Pod(s) => cenv.expand_arg(s),
+                    ArgSource::Image(s) => Arg::text(*s),
+                })
+                .collect();
+            svc.add("ExecStart", Value::Exec(argv));
+            let program = match &line[0] {
+                ArgSource::Pod(s) | ArgSource::Image(s) => *s,
+            };
+            if stored.is_some() && !program.contains('/') {
+                // Found in the image, along the PATH the process gets, as a runtime finds it.
+                let path_var = cenv
+                    .static_env
+                    .iter()
+                    .rev()
+                    .find(|(k, _)| k == "PATH")
+                    .map(|(_, v)| v.clone())
+                    .or_else(|| {
+                        imagerun::image_env(image_config)
+                            .0
+                            .into_iter()
+                            .find(|(k, _)| k == "PATH")
+                            .map(|(_, v)| v)
+                    })
+                    .unwrap_or_else(|| imagerun::DEFAULT_PATH.to_string());
+                if let Some(p) = imagerun::search_path(&path_var) {
+                    svc.trusted("ExecSearchPath", p);
+                }
+            }
+        }
+        None if stored.is_some() => faults.push(Fault::new(
             format!("{path}.command"),
-            "required: podunit does not read an image's entrypoint, so the command must be given",
-        ));
-    } else {
-        svc.add("ExecStart", Value::Exec(argv));
+            format!("required: the image {image_ref:?} has neither an Entrypoint nor a Cmd"),
+        )),
+        None => faults.push(no_command(path)),
     }
     if let Some(lc) = &c.lifecycle {
         if let Some(cmd) = lc
@@ -303,7 +359,11 @@ fn one(
             svc.add("ExecStop", Value::Exec(cmd.iter().map(Arg::text).collect()));
         }
     }
-    if let Some(wd) = c.working_dir.as_deref().filter(|w| !w.is_empty()) {
+    let working_dir = c.working_dir.as_deref().filter(|w| !w.is_empty()).or(stored
+        .as_ref()
+        .and_then(|i| i.config.working_dir.as_deref())
+        .filter(|w| w.starts_with('/')));
+    if let Some(wd) = working_dir {
         svc.add("WorkingDirectory", Value::Path(wd.to_string()));
     }
     if !cenv.static_env.is_empty() {
@@ -314,12 +374,24 @@ fn one(
     }
 
     // Identity and sandbox.
-    if let Err(f) = security::apply(
+    let (image_user, identity_ok) = match &stored {
+        Some(img) => match image_identity(spec.security_context.as_ref(), c, img, path) {
+            Ok(u) => (u, true),
+            Err(f) => {
+                faults.push(f);
+                (None, false)
+            }
+        },
+        None => (None, true),
+    };
+    // (A refused image user is reported once, not again as the host's root.)
+    if !identity_ok {
+    } else if let Err(f) = security::apply(
         svc,
         spec.security_context.as_ref(),
         c,
         path,
-        &[],
+        image_user.as_ref(),
         spec.host_pid == Some(true),
     ) {
         faults.push(f);
@@ -367,15 +439,32 @@ fn one(
         }
         Err(f) => faults.push(f),
     }
+    if stored.is_some() {
+        // The name files the kubelet gives every container, unless a volume is mounted there.
+        let mounted = |at: &str| {
+            c.volume_mounts
+                .iter()
+                .flatten()
+                .any(|m| m.mount_path.trim_end_matches('/') == at)
+        };
+        for name in ["hosts", "hostname", "resolv.conf"] {
+            let at = format!("/etc/{name}");
+            if !mounted(&at) {
+                svc.add("BindPaths", Value::Bind(ctx.plan.etc_file(name), at));
+            }
+        }
+    }
 
     // Stopping: SIGTERM to the main process, then SIGKILL to all after the grace period.
     // The kubelet never waits less than 2 s; `TimeoutStopSec=0` would mean "wait forever".
     let grace = spec.termination_grace_period_seconds.unwrap_or(30).max(2);
     svc.trusted("KillMode", "mixed");
+    // The container's stopSignal, else the image's StopSignal, as the runtime stops it.
     let signal = c
         .lifecycle
         .as_ref()
         .and_then(|l| l.stop_signal.as_deref())
+        .or_else(|| image_stop_signal(image_config))
         .unwrap_or("SIGTERM");
     match super::security::stop_signal(signal) {
         Some(sig) => {
@@ -414,10 +503,69 @@ fn one(
             format!("{}= cannot be written safely: {}", e.key, e.error),
         )]
     })?;
+    let working_dir = working_dir.map(str::to_string);
+    let root = stored.map(|img| RootPlan {
+        container: c.name.clone(),
+        image: img.image_id.clone(),
+        layers: img.layers.clone(),
+        working_dir,
+    });
     Ok(Built {
         unit: u,
         text,
         env_file: cenv.file,
+        root,
+        image_user,
         warnings,
+    })
+}
+
+/// The image's `StopSignal` (`SIGQUIT`, `QUIT`) when systemd knows it; anything else (numbers
+/// included) leaves the default, as an untrusted value must not fail the pod.
+fn image_stop_signal(c: &crate::image::manifest::RunConfig) -> Option<&'static str> {
+    let s = c.stop_signal.as_deref()?;
+    security::stop_signal(s).or_else(|| security::stop_signal(&format!("SIG{s}")))
+}
+
+fn no_command(path: &str) -> Fault {
+    Fault::new(
+        format!("{path}.command"),
+        "required: podunit does not read an image's entrypoint, so the command must be given",
+    )
+}
+
+/// Who a container with a pulled image runs as: `runAsUser`, else the image's `User`, looked up
+/// in the image's own files, with the kubelet's `runAsNonRoot` check of the image's user.
+fn image_identity(
+    psc: Option<&k8s_openapi::api::core::v1::PodSecurityContext>,
+    c: &Container,
+    img: &StoredImage,
+    path: &str,
+) -> Result<Option<ImageUser>, Fault> {
+    let sc = c.security_context.as_ref();
+    let id = security::identity(psc, sc);
+    let image_user = img.config.user.as_deref().unwrap_or_default();
+    let non_root = sc
+        .and_then(|s| s.run_as_non_root)
+        .or(psc.and_then(|p| p.run_as_non_root));
+    if id.uid.is_none() && non_root == Some(true) {
+        imagerun::verify_non_root(image_user).map_err(|m| {
+            Fault::new(
+                format!("{path}.securityContext.runAsNonRoot"),
+                format!("{m} (image {})", img.image_id),
+            )
+        })?;
+    }
+    let user = match id.uid {
+        // Out-of-range values are security::apply's to report.
+        Some(uid) if u32::try_from(uid).is_ok() => uid.to_string(),
+        Some(_) => return Ok(None),
+        None => image_user.to_string(),
+    };
+    imagerun::resolve_user(&user, img.passwd.as_deref(), img.group.as_deref()).map_err(|m| {
+        Fault::new(
+            format!("{path}.image"),
+            format!("image {}: {m}", img.image_id),
+        )
     })
 }

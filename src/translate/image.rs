@@ -2,6 +2,8 @@
 //! looked at by the caller (an [`ImageResolver`]); this module only decides.
 
 use crate::common::paths::Paths;
+use crate::image::manifest::RunConfig;
+use crate::image::{Reference, ResolvedImage};
 
 /// What an image reference resolved to on this host.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -12,6 +14,58 @@ pub enum ImageRoot {
     Directory(String),
     /// A disk image file (`RootImage=`).
     File(String),
+    /// A pulled image in the local store: its layers, mounted as the container's root.
+    Stored(Box<StoredImage>),
+}
+
+/// A pulled image as the translation needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredImage {
+    /// `registry/repository@sha256:...`: the container's `imageID`.
+    pub image_id: String,
+    /// The layers' directories as the host sees them (no test root), lowest first.
+    pub layers: Vec<String>,
+    /// What the image says about running it. Untrusted, like the manifest.
+    pub config: RunConfig,
+    /// The image's own `/etc/passwd` and `/etc/group`, when it has them (a `User` by name).
+    pub passwd: Option<String>,
+    pub group: Option<String>,
+}
+
+impl StoredImage {
+    /// From a store lookup; `passwd`/`group` read from the image's layers by the caller.
+    pub fn new(img: &ResolvedImage, passwd: Option<String>, group: Option<String>) -> StoredImage {
+        StoredImage {
+            image_id: img.image_id(),
+            layers: img
+                .config
+                .rootfs
+                .diff_ids
+                .iter()
+                .map(|d| format!("{}/layers/{}/{}", Paths::STORE, d.algorithm(), d.hex()))
+                .collect(),
+            config: img.config.config.clone(),
+            passwd,
+            group,
+        }
+    }
+}
+
+/// Why a reference did not resolve.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unresolved {
+    /// Not on this host yet: a pull brings it.
+    Absent { reference: String, message: String },
+    /// Can never run: a bad reference, a missing path, a damaged store entry.
+    Invalid(String),
+}
+
+impl Unresolved {
+    pub fn message(&self) -> &str {
+        match self {
+            Unresolved::Absent { message, .. } | Unresolved::Invalid(message) => message,
+        }
+    }
 }
 
 /// Looks references up on the host. The generator's implementation reads the filesystem; tests use
@@ -22,6 +76,11 @@ pub trait ImageResolver: Sync {
     /// References that mean the host (`host` and the node's configured aliases).
     fn is_host_alias(&self, reference: &str) -> bool {
         reference == "host"
+    }
+    /// The pulled image `reference` names, if the local store has all of it.
+    fn stored(&self, reference: &Reference) -> Result<Option<StoredImage>, String> {
+        let _ = reference;
+        Ok(None)
     }
 }
 
@@ -61,7 +120,7 @@ pub fn store_path(reference: &str) -> Option<String> {
 }
 
 /// Resolves `reference`, or says why it cannot run.
-pub fn resolve(reference: &str, host: &dyn ImageResolver) -> Result<ImageRoot, String> {
+pub fn resolve(reference: &str, host: &dyn ImageResolver) -> Result<ImageRoot, Unresolved> {
     if host.is_host_alias(reference) {
         return Ok(ImageRoot::Host);
     }
@@ -69,24 +128,36 @@ pub fn resolve(reference: &str, host: &dyn ImageResolver) -> Result<ImageRoot, S
         return match host.probe(reference) {
             Probe::Directory => Ok(ImageRoot::Directory(reference.to_string())),
             Probe::File => Ok(ImageRoot::File(reference.to_string())),
-            Probe::Missing => Err(format!("{reference:?} does not exist on this host")),
+            Probe::Missing => Err(Unresolved::Invalid(format!(
+                "{reference:?} does not exist on this host"
+            ))),
         };
     }
-    let Some(dir) = store_path(reference) else {
-        return Err(format!("{reference:?} is not a valid image reference"));
-    };
-    let rootfs = format!("{dir}/rootfs");
-    let raw = format!("{dir}/image.raw");
-    if host.probe(&rootfs) == Probe::Directory {
-        return Ok(ImageRoot::Directory(rootfs));
+    // A root filesystem put in place by hand keeps working as before pulls existed.
+    if let Some(dir) = store_path(reference) {
+        let rootfs = format!("{dir}/rootfs");
+        let raw = format!("{dir}/image.raw");
+        if host.probe(&rootfs) == Probe::Directory {
+            return Ok(ImageRoot::Directory(rootfs));
+        }
+        if host.probe(&raw) == Probe::File {
+            return Ok(ImageRoot::File(raw));
+        }
     }
-    if host.probe(&raw) == Probe::File {
-        return Ok(ImageRoot::File(raw));
+    let parsed = Reference::parse(reference).map_err(|e| {
+        Unresolved::Invalid(format!("{reference:?} is not a valid image reference: {e}"))
+    })?;
+    match host.stored(&parsed) {
+        Ok(Some(img)) => Ok(ImageRoot::Stored(Box::new(img))),
+        Ok(None) => Err(Unresolved::Absent {
+            reference: parsed.to_string(),
+            message: format!(
+                "image {0:?} is not in the local image store: pull it with `podunit image pull {0}`",
+                parsed.to_string()
+            ),
+        }),
+        Err(e) => Err(Unresolved::Invalid(format!("image {reference:?}: {e}"))),
     }
-    Err(format!(
-        "image {reference:?} is not in the local image store (expected {rootfs}/ or {raw}); \
-         use `image: host` to run on the host's root filesystem"
-    ))
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 pub mod container;
 pub mod env;
 pub mod image;
+pub mod imagerun;
 pub mod naming;
 pub mod plan;
 pub mod resources;
@@ -180,6 +181,8 @@ pub fn translate(
         users: Vec::new(),
         groups: Vec::new(),
         probes: Vec::new(),
+        roots: Vec::new(),
+        etc: None,
     };
     (plan.users, plan.groups) = ids(pod);
     if let Some(spec) = &pod.spec {
@@ -207,6 +210,15 @@ pub fn translate(
         if let Some(f) = &c.env_file {
             plan.env_files.push(f.clone());
         }
+        if let Some(r) = &c.root {
+            plan.roots.push(r.clone());
+        }
+        if let Some(u) = &c.image_user {
+            add_ids(&mut plan, u);
+        }
+    }
+    if !plan.roots.is_empty() {
+        plan.etc = Some(imagerun::etc_plan(pod, node));
     }
 
     // The slice: the pod's cgroup, with pod-level resources.
@@ -299,10 +311,9 @@ pub fn translate(
                 .at(f.path)
         }));
     }
-    let json = serde_json::to_string_pretty(&plan).expect("a plan always serializes");
     outputs.push(Output::File {
         path: format!("{PLAN_DIR}/{}", PodPlan::file_name(&pod_unit)),
-        content: json + "\n",
+        content: plan_json(&plan),
     });
     Ok(PodUnits {
         pod_unit,
@@ -310,6 +321,15 @@ pub fn translate(
         plan,
         warnings,
     })
+}
+
+/// The plan as its file holds it: pretty JSON and a newline. Written into one buffer of a typical
+/// plan's size rather than grown by doubling and copied once more for the newline.
+fn plan_json(plan: &PodPlan) -> String {
+    let mut buf = Vec::with_capacity(2048);
+    serde_json::to_writer_pretty(&mut buf, plan).expect("a plan always serializes");
+    buf.push(b'\n');
+    String::from_utf8(buf).expect("serde_json writes UTF-8")
 }
 
 /// The numeric users and groups the pod's containers run with (see [`PodPlan::users`]).
@@ -344,6 +364,20 @@ fn ids(pod: &k8s_openapi::api::core::v1::Pod) -> (Vec<(u32, u32)>, Vec<u32>) {
     users.remove(&0);
     groups.remove(&0);
     (users.into_iter().collect(), groups.into_iter().collect())
+}
+
+/// The user and groups an image named, added to the pod's (see [`PodPlan::users`]).
+fn add_ids(plan: &mut PodPlan, u: &imagerun::ImageUser) {
+    if u.uid != 0 && !plan.users.iter().any(|(uid, _)| *uid == u.uid) {
+        plan.users.push((u.uid, u.gid));
+        plan.users.sort_unstable();
+    }
+    for g in std::iter::once(u.gid).chain(u.groups.iter().copied()) {
+        if g != 0 && !plan.groups.contains(&g) {
+            plan.groups.push(g);
+            plan.groups.sort_unstable();
+        }
+    }
 }
 
 fn escape_arg(s: &str) -> crate::escape::Arg {

@@ -36,6 +36,44 @@ pub struct PodPlan {
     /// The containers' probes, which podunit-sync runs (`src/probe`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub probes: Vec<crate::probe::spec::ContainerProbes>,
+    /// The containers whose root is a pulled image, mounted when the pod starts by `pod-prepare`
+    /// (see [`crate::podstart::root`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub roots: Vec<RootPlan>,
+    /// The pod's `/etc/hosts`, `/etc/hostname` and `/etc/resolv.conf`, written at start for the
+    /// containers that have a root of their own, as the kubelet writes them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etc: Option<EtcPlan>,
+}
+
+/// One container's root: the image's layers under a writable layer of its own.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RootPlan {
+    pub container: String,
+    /// The image's `imageID`, for messages.
+    pub image: String,
+    /// Layer directories in the store, lowest first.
+    pub layers: Vec<String>,
+    /// Created in the root when missing, as container runtimes create the working directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub working_dir: Option<String>,
+}
+
+/// What the kubelet puts in a pod's name files.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcPlan {
+    /// `spec.hostname`, else the pod's name; the node's with hostNetwork.
+    pub hostname: String,
+    /// `hostname.subdomain.namespace.svc.cluster.local` when the pod has a subdomain.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fqdn: Option<String>,
+    /// The node's /etc/hosts is the base (hostNetwork), not the managed file.
+    pub host_network: bool,
+    /// `spec.hostAliases`: (ip, hostnames).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub host_aliases: Vec<(String, Vec<String>)>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -154,6 +192,22 @@ pub enum EnvEntry {
 }
 
 impl PodPlan {
+    /// Where a container's root is mounted: on tmpfs, gone with the pod.
+    pub fn root_dir(&self, container: &str) -> String {
+        format!("{}/roots/{container}", self.runtime_dir)
+    }
+
+    /// A container's writable layer (`upper`, `work`): on disk, like a runtime's, made fresh at
+    /// each pod start.
+    pub fn root_state_dir(&self, container: &str) -> String {
+        format!("{}/roots/{container}", self.state_dir)
+    }
+
+    /// One of the files of [`EtcPlan`] (`hosts`, `hostname`, `resolv.conf`).
+    pub fn etc_file(&self, name: &str) -> String {
+        format!("{}/etc/{name}", self.runtime_dir)
+    }
+
     /// The plan's file name in [`PLAN_DIR`].
     pub fn file_name(pod_unit: &str) -> String {
         format!("{}.json", pod_unit.trim_end_matches(".service"))

@@ -113,11 +113,17 @@ pub fn apply(
     pod_sc: Option<&PodSecurityContext>,
     ctr: &Container,
     path: &str,
-    extra_groups: &[i64],
+    image_user: Option<&super::imagerun::ImageUser>,
     host_pid: bool,
 ) -> Result<(), Fault> {
     let sc = ctr.security_context.as_ref();
-    let id = identity(pod_sc, sc);
+    let mut id = identity(pod_sc, sc);
+    // A user the image names (or runAsUser looked up in the image): its numbers, with
+    // runAsGroup still winning over the image's group.
+    if let Some(u) = image_user {
+        id.uid = Some(i64::from(u.uid));
+        id.gid = id.gid.or(Some(i64::from(u.gid)));
+    }
     let non_root = sc
         .and_then(|c| c.run_as_non_root)
         .or(pod_sc.and_then(|p| p.run_as_non_root));
@@ -151,7 +157,11 @@ pub fn apply(
     if let Some(fs) = pod_sc.and_then(|p| p.fs_group) {
         groups.push(fs);
     }
-    groups.extend_from_slice(extra_groups);
+    groups.extend(
+        image_user
+            .iter()
+            .flat_map(|u| u.groups.iter().map(|g| i64::from(*g))),
+    );
     groups.sort_unstable();
     groups.dedup();
     if let Some(g) = groups

@@ -88,7 +88,11 @@ impl UnitFile {
             // Header lines are podunit's own text, but a file path may hold a newline: never let it
             // end the comment.
             out.push_str("# ");
-            out.push_str(&h.replace(['\n', '\r'], "?"));
+            if h.contains(['\n', '\r']) {
+                out.push_str(&h.replace(['\n', '\r'], "?"));
+            } else {
+                out.push_str(h);
+            }
             out.push('\n');
         }
         for (i, s) in self.sections.iter().enumerate() {

@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+pub mod files;
 #[cfg(feature = "cli")]
 pub mod write;
 

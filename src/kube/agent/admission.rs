@@ -152,7 +152,8 @@ impl Worker {
                 names.push(c.name.clone());
                 messages.push(format!(
                     "Container image {reference:?} is not present with pull policy of Never \
-                     (podunit never pulls: {why})"
+                     (podunit never pulls: {})",
+                    why.message()
                 ));
             }
         }

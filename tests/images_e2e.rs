@@ -1,0 +1,321 @@
+//! Pulled images on real systemd: public Pod manifests from the corpus, unchanged, run in their
+//! images' roots. The images are built here from Debian's busybox-static (tests/image), pushed
+//! under the public names to a real registry (Debian's docker-registry, TLS and htpasswd) on the
+//! host's loopback, and pulled by podunit's puller into the machine's image store: the machine has
+//! a private network, so the host pulls for it, exactly as `podunit image pull` would in it.
+//! systemd then runs each container's process in its image's layers, nothing else.
+//!
+//! Needs root, systemd-nspawn, docker-registry, htpasswd and openssl; fails (never skips) without
+//! them. Run: `cargo test --test images_e2e -- --test-threads=1` (part of `make test-e2e`).
+
+mod image;
+mod support;
+
+use image::oci::{self, Comp, Layer, TarBuilder};
+use image::registry::{Certs, PASSWORD, Registry, USER};
+use podunit::image::auth::Keyring;
+use podunit::image::pull::Puller;
+use podunit::image::registries::Registries;
+use podunit::image::registry::Client;
+use podunit::image::{Reference, Store};
+use std::path::PathBuf;
+use support::nspawn::Machine;
+use support::pods::{SOON, ctr_unit, start_pods, wait_state};
+
+/// The corpus's `pods/` directory: `PODUNIT_K8S_EXAMPLES` as for tests/k8s_examples.rs, else
+/// where it is kept beside the repository.
+fn corpus(file: &str) -> Vec<u8> {
+    let dir = std::env::var_os("PODUNIT_K8S_EXAMPLES")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/testdata/k8s-examples/pods")
+        });
+    let p = dir.join(file);
+    std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// busybox-static with the applets the corpus manifests call.
+fn busybox_root(extra: &mut dyn FnMut(&mut TarBuilder)) -> Vec<u8> {
+    let bin = std::fs::read("/bin/busybox").expect("/bin/busybox (Debian package busybox-static)");
+    let mut t = TarBuilder::new();
+    t.dir("bin/").file("bin/busybox", &bin, 0o755);
+    for a in [
+        "sh", "echo", "cat", "ls", "sleep", "env", "printenv", "id", "wget", "httpd", "date",
+        "hostname", "mkdir", "true",
+    ] {
+        t.symlink(&format!("bin/{a}"), "busybox");
+    }
+    t.dir("etc/")
+        .file(
+            "etc/passwd",
+            b"root:x:0:0:root:/root:/bin/sh\nnginx:x:101:101:nginx:/nonexistent:/bin/false\n",
+            0o644,
+        )
+        .file("etc/group", b"root:x:0:\nnginx:x:101:\n", 0o644)
+        .dir("tmp/");
+    extra(&mut t);
+    t.finish()
+}
+
+const PATH: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// "nginx" for the tests: busybox's httpd serving /usr/share/nginx/html, started by the image's
+/// Entrypoint and Cmd as the real image starts nginx (the manifests give no command).
+fn nginx() -> oci::Image {
+    let base = busybox_root(&mut |_| {});
+    let mut t = TarBuilder::new();
+    t.dir("usr/")
+        .dir("usr/share/")
+        .dir("usr/share/nginx/")
+        .dir("usr/share/nginx/html/")
+        .file(
+            "usr/share/nginx/html/index.html",
+            b"Welcome to nginx!\n",
+            0o644,
+        );
+    let html = t.finish();
+    oci::image(
+        host_arch(),
+        &[
+            Layer {
+                tar: base,
+                comp: Comp::Gzip,
+                declared_size: None,
+            },
+            Layer {
+                tar: html,
+                comp: Comp::Zstd,
+                declared_size: None,
+            },
+        ],
+        serde_json::json!({
+            "Env": [PATH, "NGINX_VERSION=1.14.2"],
+            "Entrypoint": ["httpd", "-f", "-v"],
+            "Cmd": ["-p", "80", "-h", "/usr/share/nginx/html"],
+            "StopSignal": "SIGQUIT",
+        }),
+    )
+}
+
+/// "debian" and "busybox" for the tests: a shell and its tools, `Cmd ["sh"]` as the real ones.
+fn shell_image() -> oci::Image {
+    oci::image(
+        host_arch(),
+        &[Layer {
+            tar: busybox_root(&mut |_| {}),
+            comp: Comp::Gzip,
+            declared_size: None,
+        }],
+        serde_json::json!({"Env": [PATH], "Cmd": ["sh"]}),
+    )
+}
+
+fn host_arch() -> &'static str {
+    match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        a => panic!("test images are built for amd64 and arm64, not {a}"),
+    }
+}
+
+/// A registry with the corpus's images under their public names, and a way to pull them into a
+/// machine's store.
+struct Images {
+    dir: PathBuf,
+    certs: Certs,
+    reg: Registry,
+}
+
+impl Images {
+    fn start(name: &str) -> Images {
+        let dir =
+            std::env::temp_dir().join(format!("podunit-images-e2e-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let certs = Certs::make(&dir.join("certs"));
+        let reg = Registry::start(&dir.join("reg"), &certs, None, true);
+        let (web, shell) = (nginx(), shell_image());
+        for (repo, tag, img) in [
+            ("library/nginx", "1.14.2", &web),
+            ("library/nginx", "latest", &web),
+            ("library/debian", "latest", &shell),
+            ("library/busybox", "latest", &shell),
+            ("busybox", "1.27.2", &shell),
+        ] {
+            reg.push(repo, tag, img);
+        }
+        Images { dir, certs, reg }
+    }
+
+    /// Pulls `reference` into the machine's image store, as `podunit image pull` does; docker.io
+    /// and registry.k8s.io are mirrored by the local registry.
+    fn pull_into(&self, m: &Machine, reference: &str) -> String {
+        let settings = Registries {
+            mirrors: [
+                ("docker.io".to_string(), vec![self.reg.host.clone()]),
+                ("registry.k8s.io".to_string(), vec![self.reg.host.clone()]),
+            ]
+            .into(),
+            ca: [(self.reg.host.clone(), self.certs.ca())].into(),
+            ..Default::default()
+        };
+        let json = format!(
+            r#"{{"auths":{{"{}":{{"username":"{USER}","password":"{PASSWORD}"}}}}}}"#,
+            self.reg.host
+        );
+        let client = Client::new(
+            settings,
+            Keyring::parse_config_json(json.as_bytes()).unwrap(),
+        );
+        let store = Store::open(m.dir().join("root/var/lib/podunit/store"));
+        let p = Puller {
+            store: &store,
+            client: &client,
+            platform: podunit::image::platform::host(),
+            allowed_registries: None,
+            progress: None,
+        };
+        let got = p
+            .pull(&Reference::parse(reference).unwrap())
+            .unwrap_or_else(|e| panic!("pull {reference}: {e}"));
+        got.image_id()
+    }
+}
+
+impl Drop for Images {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The main process's view of its root: what it sees at `path`.
+fn in_root(m: &Machine, unit: &str, path: &str) -> String {
+    let pid = m.prop(unit, "MainPID");
+    assert_ne!(pid, "0", "{unit} has no main process");
+    m.sh_ok(&format!("cat /proc/{pid}/root{path}"))
+}
+
+fn journal(m: &Machine, unit: &str) -> String {
+    m.sh_ok(&format!("journalctl --no-pager -o cat -u {unit}"))
+}
+
+/// A GET on the machine's loopback (the pods share the machine's network).
+fn http_get(m: &Machine, port: u16, path: &str) -> String {
+    m.wait_for(&format!("port {port} to answer"), SOON, || {
+        let out = m.exec(&[
+            "bash",
+            "-c",
+            &format!(
+                "exec 3<>/dev/tcp/127.0.0.1/{port} && printf 'GET {path} HTTP/1.0\\r\\n\\r\\n' >&3 && cat <&3"
+            ),
+        ]);
+        let body = String::from_utf8_lossy(&out.stdout).into_owned();
+        (out.status.success() && body.contains("200 OK")).then_some(body)
+    })
+}
+
+#[test]
+fn corpus_pods_run_unchanged_in_their_pulled_images() {
+    let images = Images::start("corpus");
+    let m = Machine::boot("images-corpus");
+    for r in [
+        "nginx:1.14.2",
+        "nginx",
+        "debian",
+        "registry.k8s.io/busybox:1.27.2",
+    ] {
+        images.pull_into(&m, r);
+    }
+
+    // simple-pod.yaml: no command; the image's Entrypoint + Cmd serve its own files.
+    m.write("/etc/pods.d/simple-pod.yaml", &corpus("simple-pod.yaml"));
+    start_pods(&m);
+    let nginx = ctr_unit("default", "nginx", "nginx");
+    wait_state(&m, &nginx, &["active"]);
+    assert!(http_get(&m, 80, "/").contains("Welcome to nginx!"));
+    // In the image's root, with the kubelet's name files, as the image's configured process.
+    assert_eq!(in_root(&m, &nginx, "/etc/hostname"), "nginx\n");
+    let hosts = in_root(&m, &nginx, "/etc/hosts");
+    assert!(
+        hosts.starts_with("# Kubernetes-managed hosts file."),
+        "{hosts}"
+    );
+    assert!(hosts.contains("\tnginx\n"), "{hosts}");
+    assert!(in_root(&m, &nginx, "/usr/share/nginx/html/index.html").contains("Welcome"));
+    let pid = m.prop(&nginx, "MainPID");
+    let cmdline = m.sh_ok(&format!("tr '\\0' ' ' < /proc/{pid}/cmdline"));
+    assert_eq!(cmdline.trim(), "httpd -f -v -p 80 -h /usr/share/nginx/html");
+    let environ = m.sh_ok(&format!("tr '\\0' '\\n' < /proc/{pid}/environ"));
+    assert!(environ.contains("NGINX_VERSION=1.14.2\n"), "{environ}");
+    assert!(environ.contains("HOSTNAME=nginx\n"), "{environ}");
+    // The host's files are not there: this root is the image's.
+    assert!(
+        m.sh(&format!("test -e /proc/{pid}/root/usr/bin/systemctl"))
+            .status
+            .code()
+            == Some(1)
+    );
+    // A write lands in the container's own layer, never in the shared image layers.
+    m.sh_ok(&format!("echo scratch > /proc/{pid}/root/tmp-write"));
+    let layers = m.sh_ok("ls /var/lib/podunit/store/layers/sha256/*/ | grep -c tmp-write || true");
+    assert_eq!(layers.trim(), "0");
+    let mounted = || {
+        m.sh_ok("grep -c ' /run/podunit/pods/.*/roots/' /proc/self/mountinfo || true")
+            .trim()
+            .to_string()
+    };
+    assert_eq!(
+        mounted(),
+        "1",
+        "the root is an overlay mount in the manager's namespace"
+    );
+    // Stopping the pod (what podunit-sync does for a removed manifest) unmounts its roots.
+    m.sh_ok("rm /etc/pods.d/simple-pod.yaml");
+    m.sh_ok("systemctl stop podunit-default_nginx.service");
+    m.daemon_reload();
+    assert_eq!(mounted(), "0", "the root is unmounted when the pod stops");
+    assert_eq!(
+        m.sh_ok("ls /var/lib/podunit/store/layers/sha256/ | wc -l")
+            .trim(),
+        "2",
+        "the image layers stay in the store (busybox's is shared by every image)"
+    );
+
+    // two-container-pod.yaml: a second image writes the page the first one serves.
+    m.write(
+        "/etc/pods.d/two-container-pod.yaml",
+        &corpus("two-container-pod.yaml"),
+    );
+    // commands.yaml and dapi-envars-pod.yaml: the container's command in the image's root.
+    m.write("/etc/pods.d/commands.yaml", &corpus("commands.yaml"));
+    m.write(
+        "/etc/pods.d/dapi-envars-pod.yaml",
+        &corpus("inject/dapi-envars-pod.yaml"),
+    );
+    start_pods(&m);
+    let debian = ctr_unit("default", "two-containers", "debian-container");
+    m.wait_for("the debian container to finish", SOON, || {
+        (m.prop(&debian, "ExecMainStatus") == "0" && m.prop(&debian, "ActiveState") != "activating")
+            .then_some(())
+    });
+    let web = ctr_unit("default", "two-containers", "nginx-container");
+    wait_state(&m, &web, &["active"]);
+    assert!(http_get(&m, 80, "/index.html").contains("Hello from the debian container"));
+
+    let demo = ctr_unit("default", "command-demo", "command-demo-container");
+    m.wait_for("printenv HOSTNAME to print the pod's name", SOON, || {
+        journal(&m, &demo).contains("command-demo").then_some(())
+    });
+
+    let dapi = ctr_unit("default", "dapi-envars-fieldref", "test-container");
+    wait_state(&m, &dapi, &["active"]);
+    m.wait_for("the downward API values in the log", SOON, || {
+        let j = journal(&m, &dapi);
+        (j.contains("dapi-envars-fieldref") && j.contains("default")).then_some(())
+    });
+    assert!(
+        in_root(&m, &dapi, "/bin/busybox").len() > 100_000,
+        "busybox of the image"
+    );
+}
