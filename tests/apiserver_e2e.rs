@@ -508,8 +508,7 @@ fn probes_and_kubelet_events_through_a_real_apiserver() {
         "spec": {"nodeName": NODE, "automountServiceAccountToken": false,
             "terminationGracePeriodSeconds": 5,
             "volumes": [{"name": "data", "hostPath": {"path": "/srv/ap", "type": "Directory"}}],
-            // Not root: a root container with reduced capabilities cannot be entered by an exec
-            // probe (docs/mapping.md, known gaps).
+            // A non-root container (probes_e2e enters a root one with its capabilities).
             "securityContext": {"runAsUser": 1234, "runAsGroup": 1234},
             "containers": [{"name": "main", "image": "host",
                 "command": ["/bin/sh", "-c", "echo $$ >> /data/runs; exec sleep 100000"],

@@ -1,6 +1,7 @@
 //! Probes on a real systemd (tests/support/nspawn.rs): readiness drives READY, a failing liveness
 //! probe restarts only its container, exec probes run as the container's user in its mount
-//! namespace, httpGet and tcpSocket reach a server in the pod. Needs root and systemd-nspawn;
+//! namespace, with its capabilities (a root container's reduced set too), httpGet and tcpSocket
+//! reach a server in the pod. Needs root and systemd-nspawn;
 //! fails (never skips) without them.
 
 mod support;
@@ -221,6 +222,75 @@ fn readiness_liveness_exec_http_and_tcp_probes() {
         probe_lines.len(),
         requests(&m),
         probe_lines.join("\n")
+    );
+    assert_eq!(
+        m.sh_ok("systemctl list-units --failed --plain --no-legend 'podunit-*'"),
+        ""
+    );
+}
+
+/// A plain root container (the default sandbox: the Kubernetes default capabilities, fewer than
+/// the manager has) whose exec readiness probe records the capability sets it runs with.
+const ROOT_POD: &str = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: rooted
+spec:
+  terminationGracePeriodSeconds: 2
+  volumes:
+  - name: data
+    hostPath: {path: /srv/pr, type: Directory}
+  containers:
+  - name: main
+    image: host
+    command: ["/bin/sleep", "infinity"]
+    volumeMounts: [{name: data, mountPath: /data}]
+    readinessProbe:
+      exec:
+        command: ["/bin/sh", "-c", "grep ^Cap /proc/self/status > /data/caps.new && mv /data/caps.new /data/caps"]
+      periodSeconds: 1
+"#;
+
+#[test]
+fn exec_probe_enters_a_root_container_with_its_capabilities() {
+    let m = Machine::boot("probes-root");
+    m.sh_ok("mkdir -p /srv/pr");
+    start_sync(&m);
+    m.write("/etc/pods.d/rooted.yaml", ROOT_POD.as_bytes());
+    m.daemon_reload();
+    let main = ctr_unit(NS, "rooted", "main");
+    wait_state(&m, &main, &["active"]);
+    m.wait_for("the root pod to be 1/1 ready", SOON, || {
+        let table = m.sh_ok("podunit status");
+        table
+            .lines()
+            .any(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                f.get(1) == Some(&"rooted") && f.get(2) == Some(&"1/1")
+            })
+            .then_some(())
+    });
+    let pid = m.prop(&main, "MainPID");
+    let caps = |status: &str| -> Vec<String> {
+        status
+            .lines()
+            .filter(|l| l.starts_with("Cap"))
+            .map(String::from)
+            .collect()
+    };
+    let container = caps(&m.sh_ok(&format!("cat /proc/{pid}/status")));
+    let manager = caps(&m.sh_ok("cat /proc/1/status"));
+    let probe = caps(&m.read_string("/srv/pr/caps").unwrap());
+    assert_eq!(container.len(), 5, "{container:?}");
+    assert_eq!(
+        probe, container,
+        "the probe has exactly the container's sets"
+    );
+    let eff = |v: &[String]| v.iter().find(|l| l.starts_with("CapEff")).cloned();
+    assert_ne!(
+        eff(&container),
+        eff(&manager),
+        "the container's capabilities are reduced"
     );
     assert_eq!(
         m.sh_ok("systemctl list-units --failed --plain --no-legend 'podunit-*'"),

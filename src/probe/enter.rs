@@ -1,6 +1,6 @@
 //! Running a command inside a container as its main process runs: the same cgroup, namespaces,
-//! root and working directory, user, groups, no-new-privileges and environment. Exec probes use
-//! it, and so does anything else that runs a command in a container.
+//! root and working directory, user, groups, capabilities, no-new-privileges and environment.
+//! Exec probes use it, and so does anything else that runs a command in a container.
 //!
 //! It works in the calling process, which must be single-threaded and privileged (`setns` of a
 //! mount namespace refuses threaded callers): the `podunit probe-exec --enter` process, started in
@@ -8,8 +8,8 @@
 //!
 //! Not carried over: the container's system call filter (a filter cannot be copied from another
 //! process). The command cannot gain anything from that: it runs as the container's user, with
-//! no-new-privileges when the container has it, and a root container whose capabilities are
-//! reduced is refused rather than entered with more than it has.
+//! the container's capability sets ([`super::capabilities`]) and no-new-privileges when the
+//! container has it.
 
 use std::fmt;
 use std::fs;
@@ -24,7 +24,7 @@ pub enum Error {
     NotRunning,
     Read(PathBuf, std::io::Error),
     Parse(PathBuf, String),
-    RestrictedRoot,
+    Capabilities(super::capabilities::Error),
     Env(String, String),
     Sys(&'static str, nix::Error),
 }
@@ -35,11 +35,7 @@ impl fmt::Display for Error {
             Error::NotRunning => write!(f, "the container is not running"),
             Error::Read(p, e) => write!(f, "cannot read {}: {e}", p.display()),
             Error::Parse(p, m) => write!(f, "{}: {m}", p.display()),
-            Error::RestrictedRoot => write!(
-                f,
-                "the container runs as root with reduced capabilities, which cannot be entered \
-                 without giving the command more than the container has"
-            ),
+            Error::Capabilities(e) => write!(f, "setting the container's capabilities: {e}"),
             Error::Env(file, m) => write!(f, "environment file {file}: {m}"),
             Error::Sys(what, e) => write!(f, "{what}: {e}"),
         }
@@ -56,8 +52,8 @@ pub struct Target {
     pub gid: u32,
     pub groups: Vec<u32>,
     pub no_new_privs: bool,
-    /// Effective capabilities (hex mask from /proc).
-    pub cap_eff: u64,
+    /// Its capability sets.
+    pub caps: super::capabilities::Sets,
     /// Its cgroups: (directory of the hierarchy below /sys/fs/cgroup, path in it). One entry
     /// (`""`) on a unified host; on a v1 or hybrid host one per hierarchy (`systemd`, `memory`,
     /// `cpu,cpuacct`, `unified`).
@@ -84,7 +80,7 @@ pub fn parse(pid: u32, status: &str, cgroup: &str) -> Result<Target, String> {
         .split_whitespace()
         .map(|g| g.parse().map_err(|_| format!("bad group {g:?}")))
         .collect::<Result<Vec<u32>, String>>()?;
-    let cap_eff = u64::from_str_radix(field("CapEff")?, 16).map_err(|e| e.to_string())?;
+    let caps = super::capabilities::parse(status)?;
     let cgroups: Vec<(String, String)> = cgroup
         .lines()
         .filter_map(|l| {
@@ -108,7 +104,7 @@ pub fn parse(pid: u32, status: &str, cgroup: &str) -> Result<Target, String> {
         gid: first("Gid")?,
         groups,
         no_new_privs: field("NoNewPrivs").is_ok_and(|v| v == "1"),
-        cap_eff,
+        caps,
         cgroups,
     })
 }
@@ -163,12 +159,6 @@ pub fn environment(
     Ok(env)
 }
 
-/// The capabilities of this process, to tell a reduced set from a full one.
-fn own_cap_eff() -> Result<u64, Error> {
-    let t = inspect(std::process::id())?;
-    Ok(t.cap_eff)
-}
-
 fn ns_inode(p: &Path) -> Option<u64> {
     fs::metadata(p).ok().map(|m| m.ino())
 }
@@ -177,9 +167,6 @@ fn ns_inode(p: &Path) -> Option<u64> {
 /// Returns whether it joined another PID namespace, which only the children it starts are in.
 pub fn enter(t: &Target) -> Result<bool, Error> {
     use nix::sched::{CloneFlags, setns};
-    if t.uid == 0 && t.cap_eff != own_cap_eff()? {
-        return Err(Error::RestrictedRoot);
-    }
     let proc = PathBuf::from(format!("/proc/{}", t.pid));
     let open = |p: PathBuf| fs::File::open(&p).map_err(|e| Error::Read(p, e));
     // Everything is opened before any namespace is joined: /proc may look different afterwards.
@@ -235,6 +222,9 @@ pub fn enter(t: &Target) -> Result<bool, Error> {
         None => nix::unistd::chdir("/"),
     }
     .map_err(|e| Error::Sys("chdir to the working directory", e))?;
+    // Bounding and inheritable sets while this process may still change them; the rest after
+    // the change of user, which clears the permitted set of a non-root user.
+    t.caps.prepare(t.uid == 0).map_err(Error::Capabilities)?;
     let gids: Vec<nix::unistd::Gid> = t
         .groups
         .iter()
@@ -243,6 +233,7 @@ pub fn enter(t: &Target) -> Result<bool, Error> {
     nix::unistd::setgroups(&gids).map_err(|e| Error::Sys("setgroups", e))?;
     nix::unistd::setgid(nix::unistd::Gid::from_raw(t.gid)).map_err(|e| Error::Sys("setgid", e))?;
     nix::unistd::setuid(nix::unistd::Uid::from_raw(t.uid)).map_err(|e| Error::Sys("setuid", e))?;
+    t.caps.finish().map_err(Error::Capabilities)?;
     if t.no_new_privs {
         nix::sys::prctl::set_no_new_privs().map_err(|e| Error::Sys("no_new_privs", e))?;
     }
@@ -254,13 +245,15 @@ mod tests {
     use super::*;
 
     const STATUS: &str = "Name:\tsleep\nUid:\t1000\t1001\t1001\t1001\nGid:\t2000\t2001\t2001\t2001\n\
-        Groups:\t5 6 \nNoNewPrivs:\t1\nCapEff:\t0000000000000000\n";
+        Groups:\t5 6 \nNoNewPrivs:\t1\nCapInh:\t0000000000000000\nCapPrm:\t0000000000000000\n\
+        CapEff:\t0000000000000000\nCapBnd:\t00000000a80425fb\nCapAmb:\t0000000000000000\n";
 
     #[test]
     fn reads_the_effective_ids_groups_and_cgroup() {
         let t = parse(7, STATUS, "0::/podunit.slice/x.service\n").unwrap();
         assert_eq!((t.uid, t.gid, t.groups.clone()), (1001, 2001, vec![5, 6]));
         assert!(t.no_new_privs);
+        assert_eq!((t.caps.bounding, t.caps.effective), (0xa80425fb, 0));
         assert_eq!(
             t.cgroups,
             [("".to_string(), "/podunit.slice/x.service".to_string())]

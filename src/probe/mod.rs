@@ -3,11 +3,14 @@
 //! - [`spec`]: the probes of a container as the plan carries them (pure, in the generator too);
 //! - [`state`]: the kubelet's probe worker as a pure state machine;
 //! - [`results`]: what is published (`ready`, `started`) and how status reads it;
-//! - [`check`], [`grpc`], [`exec`], [`enter`], [`runner`]: running probes, in podunit-sync.
+//! - [`check`], [`grpc`], [`exec`], [`enter`], [`capabilities`], [`runner`]: running probes, in
+//!   podunit-sync.
 
 pub mod spec;
 pub mod state;
 
+#[cfg(feature = "cli")]
+pub mod capabilities;
 #[cfg(feature = "cli")]
 pub mod check;
 #[cfg(feature = "cli")]
