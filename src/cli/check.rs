@@ -89,14 +89,19 @@ fn run_generate(items: &[PathBuf]) -> Run {
 /// The summary line: pods that would run, errors, warnings; or that there was nothing to read.
 fn summary(g: &Generated, nothing_to_read: bool) -> String {
     let errors = g.problems.iter().filter(|p| p.is_error()).count();
-    let warnings = g.problems.len() - errors;
+    let notes = g.problems.iter().filter(|p| p.is_note()).count();
+    let warnings = g.problems.len() - errors - notes;
     if nothing_to_read && g.problems.is_empty() {
         return "no manifest directory exists: nothing checked".into();
     }
-    format!(
+    let mut line = format!(
         "{} pod(s) ok, {errors} error(s), {warnings} warning(s)",
         g.pods.len()
-    )
+    );
+    if notes > 0 {
+        line.push_str(&format!(", {notes} image(s) to pull when the pods start"));
+    }
+    line
 }
 
 pub fn check(args: CheckArgs) -> ExitCode {

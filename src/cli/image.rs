@@ -1,11 +1,7 @@
 //! `podunit image pull|ls|inspect|rm|prune`: the local image store by hand.
 
-use crate::common::config::Config;
 use crate::common::paths::Paths;
-use crate::image::auth::Keyring;
-use crate::image::pull::{Progress, Puller};
-use crate::image::registries::DEFAULT_CREDENTIALS;
-use crate::image::registry::Client;
+use crate::image::pull::{NodePull, Progress, Puller};
 use crate::image::{Reference, Store};
 use std::collections::BTreeSet;
 use std::io::{IsTerminal, Write};
@@ -66,28 +62,15 @@ fn parse(image: &str) -> Result<Reference, String> {
 }
 
 fn pull(paths: &Paths, store: &Store, images: &[String], quiet: bool) -> Result<(), String> {
-    let config = Config::load(&paths.config_file())
-        .map_err(|e| e.to_string())?
-        .config;
-    if let Some(p) = config.registries.problems().into_iter().next() {
-        return Err(format!("{}: {p}", paths.config_file().display()));
-    }
-    let creds_file = config
-        .registries
-        .credentials
-        .clone()
-        .unwrap_or_else(|| DEFAULT_CREDENTIALS.into());
-    let keyring = Keyring::load_node_file(&paths.host(&creds_file.to_string_lossy()))?;
-    let policy = config.effective_policy();
-    let client = Client::new(config.registries.clone(), keyring);
+    let node = NodePull::load(paths)?;
     let show = !quiet && std::io::stderr().is_terminal();
     let bar = Bar::default();
     let report = |p: &Progress| bar.update(p);
     let puller = Puller {
         store,
-        client: &client,
+        client: &node.client,
         platform: crate::image::platform::host(),
-        allowed_registries: policy.registries.as_deref(),
+        allowed_registries: node.allowed_registries.as_deref(),
         progress: if show { Some(&report) } else { None },
     };
     let mut failed = false;

@@ -111,6 +111,12 @@ pub fn main() -> ExitCode {
     });
 
     let mut syncer = Syncer::new(client, opts);
+    if !args.once {
+        syncer.images = Some(crate::localsync::images::ImagePulls::spawn(
+            syncer.opts.paths.clone(),
+            tx.clone(),
+        ));
+    }
     // /var may have been mounted after the generator ran at boot: spool pods would be missing.
     match syncer.spool_needs_reload() {
         Ok(Some((unseen, fingerprint))) => {
@@ -143,6 +149,7 @@ pub fn main() -> ExitCode {
     if args.once {
         return ExitCode::SUCCESS;
     }
+    syncer.pull_waiting_images();
     if config.watch_manifests {
         crate::localsync::watch::spawn(syncer.opts.paths.clone(), tx.clone());
     }

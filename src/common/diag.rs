@@ -7,6 +7,9 @@ use std::path::PathBuf;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Severity {
+    /// Nothing wrong, but the pod waits for something this host does not have yet (an image a
+    /// pull brings): it gets no units until then.
+    Note,
     /// Accepted, but something is not honoured (e.g. probes) or is suspicious.
     Warning,
     /// The pod (or document, or file) is refused.
@@ -46,6 +49,13 @@ impl Problem {
         }
     }
 
+    pub fn note(file: impl Into<PathBuf>, message: impl Into<String>) -> Self {
+        Problem {
+            severity: Severity::Note,
+            ..Problem::error(file, message)
+        }
+    }
+
     pub fn pod(mut self, pod: impl Into<String>) -> Self {
         self.pod = Some(pod.into());
         self
@@ -64,6 +74,10 @@ impl Problem {
     pub fn is_error(&self) -> bool {
         self.severity == Severity::Error
     }
+
+    pub fn is_note(&self) -> bool {
+        self.severity == Severity::Note
+    }
 }
 
 /// Every problem is one line, whatever a manifest holds: a control character in a file name, pod
@@ -78,8 +92,10 @@ impl fmt::Display for Problem {
         if let Some(p) = self.path.as_deref().filter(|p| !p.is_empty()) {
             write!(f, "{}: ", one_line(p))?;
         }
-        if self.severity == Severity::Warning {
-            write!(f, "warning: ")?;
+        match self.severity {
+            Severity::Warning => write!(f, "warning: ")?,
+            Severity::Note => write!(f, "note: ")?,
+            Severity::Error => {}
         }
         f.write_str(&one_line(&self.message))
     }

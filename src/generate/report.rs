@@ -26,6 +26,10 @@ pub struct Report {
     pub refused: Vec<RefusedPod>,
     /// Files refused before any pod in them could be named (unreadable, not YAML, untrusted).
     pub files: Vec<RefusedFile>,
+    /// Pods that got no units because an image they name is not on the node yet: podunit-sync
+    /// pulls what they wait for and reloads.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub waiting: Vec<WaitingPod>,
     /// Why the node configuration was not used as written, if it was not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config: Option<String>,
@@ -49,6 +53,30 @@ pub struct RefusedPod {
     pub containers: Option<usize>,
 }
 
+/// A pod that waits for images (every other check passed).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WaitingPod {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    pub file: PathBuf,
+    /// Every container of the pod, init containers first, for `podunit status`.
+    pub containers: Vec<String>,
+    pub images: Vec<WaitingImage>,
+}
+
+/// One container's image that is not in the store.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WaitingImage {
+    pub container: String,
+    /// As the manifest gives it.
+    pub image: String,
+    /// `Always`, `IfNotPresent` or `Never`, defaulted as the API server does.
+    pub pull_policy: String,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RefusedFile {
     pub file: PathBuf,
@@ -70,6 +98,32 @@ pub fn build(catalog: &Catalog, problems: &[Problem], config: Option<&str>) -> R
         problems: problems.to_vec(),
         ..Report::default()
     };
+    let refused_keys: Vec<(&Path, &str)> = problems
+        .iter()
+        .filter(|p| p.is_error())
+        .filter_map(|p| Some((p.file.as_path(), p.pod.as_deref()?)))
+        .collect();
+    for p in problems.iter().filter(|p| {
+        p.is_note() && p.reason.as_deref() == Some(crate::translate::image::IMAGE_PENDING)
+    }) {
+        let Some(key) = p.pod.as_deref() else {
+            continue;
+        };
+        // A pod with errors is refused, whatever it also waits for.
+        if refused_keys.contains(&(p.file.as_path(), key)) {
+            continue;
+        }
+        if let Some(w) = waiting_image(catalog, p) {
+            match r
+                .waiting
+                .iter_mut()
+                .find(|e| e.file == w.file && e.uid == w.uid)
+            {
+                Some(e) => e.images.extend(w.images),
+                None => r.waiting.push(w),
+            }
+        }
+    }
     for p in problems.iter().filter(|p| p.is_error()) {
         match &p.pod {
             Some(key) => {
@@ -114,6 +168,48 @@ pub fn build(catalog: &Catalog, problems: &[Problem], config: Option<&str>) -> R
         }
     }
     r
+}
+
+/// The pod and container a pending-image note is about (its path is `spec.containers[i].image`
+/// or `spec.initContainers[i].image`).
+fn waiting_image(catalog: &Catalog, p: &Problem) -> Option<WaitingPod> {
+    let key = p.pod.as_deref()?;
+    let (namespace, name) = key.split_once('/').unwrap_or(("", key));
+    let entry = catalog
+        .pods
+        .iter()
+        .find(|e| e.file == p.file && e.namespace() == namespace && e.name() == name)?;
+    let spec = entry.pod.spec.as_ref()?;
+    let path = p.path.as_deref()?.strip_prefix("spec.")?;
+    let (list, rest) = path.split_once('[')?;
+    let index: usize = rest.split_once(']')?.0.parse().ok()?;
+    let c = match list {
+        "containers" => spec.containers.get(index)?,
+        "initContainers" => spec.init_containers.as_ref()?.get(index)?,
+        _ => return None,
+    };
+    let image = c.image.clone().unwrap_or_default();
+    Some(WaitingPod {
+        namespace: namespace.to_string(),
+        name: name.to_string(),
+        uid: entry.uid().to_string(),
+        file: p.file.clone(),
+        containers: spec
+            .init_containers
+            .iter()
+            .flatten()
+            .chain(&spec.containers)
+            .map(|c| c.name.clone())
+            .collect(),
+        images: vec![WaitingImage {
+            container: c.name.clone(),
+            pull_policy: crate::translate::image::pull_policy(
+                &image,
+                c.image_pull_policy.as_deref(),
+            ),
+            image,
+        }],
+    })
 }
 
 /// Leaves the report in `dir` (the generator's output directory), or removes an old one when
@@ -215,6 +311,45 @@ mod tests {
         let r = build(&c, &problems, None);
         assert_eq!(r.refused[0].reason, "NodeAffinity");
         assert_eq!(r.refused[0].containers, None);
+    }
+
+    #[test]
+    fn a_pod_waiting_for_an_image_is_listed_with_its_pull_policy() {
+        let text = "apiVersion: v1\nkind: Pod\nmetadata: {name: w, uid: u-1}\nspec:\n  initContainers:\n  - {name: i, image: host, command: [x]}\n  containers:\n  - {name: a, image: busybox}\n  - {name: b, image: 'reg:5000/b:v1', imagePullPolicy: Never}\n";
+        let mut c = Catalog::default();
+        c.add_text(Path::new("/etc/pods.d/w.yaml"), text, Source::Etc);
+        let note = |i: usize| {
+            Problem::note("/etc/pods.d/w.yaml", "not on this node yet")
+                .pod("default/w")
+                .at(format!("spec.containers[{i}].image"))
+                .reason(crate::translate::image::IMAGE_PENDING)
+        };
+        let r = build(&c, &[note(0), note(1)], None);
+        assert!(r.refused.is_empty(), "{r:#?}");
+        assert_eq!(r.waiting.len(), 1, "{r:#?}");
+        let w = &r.waiting[0];
+        assert_eq!((w.uid.as_str(), w.containers.len()), ("u-1", 3));
+        let got: Vec<_> = w
+            .images
+            .iter()
+            .map(|i| {
+                (
+                    i.container.as_str(),
+                    i.image.as_str(),
+                    i.pull_policy.as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [("a", "busybox", "Always"), ("b", "reg:5000/b:v1", "Never")]
+        );
+        assert!(!r.is_empty(), "a report with waiting pods is written");
+        // Refused for an error, it does not wait.
+        let bad = Problem::error("/etc/pods.d/w.yaml", "bad").pod("default/w");
+        let r = build(&c, &[note(0), bad], None);
+        assert!(r.waiting.is_empty());
+        assert_eq!(r.refused.len(), 1);
     }
 
     #[test]

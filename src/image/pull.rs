@@ -41,6 +41,37 @@ pub enum Progress {
     },
 }
 
+/// What a pull on this node needs from its configuration: the registries client with the node's
+/// credentials, and the registries node policy allows. Loaded afresh for each pull by its caller,
+/// so an edited config applies without a restart.
+pub struct NodePull {
+    pub client: Client,
+    pub allowed_registries: Option<Vec<String>>,
+}
+
+impl NodePull {
+    pub fn load(paths: &crate::common::paths::Paths) -> Result<NodePull, String> {
+        let config = crate::common::config::Config::load(&paths.config_file())
+            .map_err(|e| e.to_string())?
+            .config;
+        if let Some(p) = config.registries.problems().into_iter().next() {
+            return Err(format!("{}: {p}", paths.config_file().display()));
+        }
+        let creds_file = config
+            .registries
+            .credentials
+            .clone()
+            .unwrap_or_else(|| crate::image::registries::DEFAULT_CREDENTIALS.into());
+        let keyring = crate::image::auth::Keyring::load_node_file(
+            &paths.host(&creds_file.to_string_lossy()),
+        )?;
+        Ok(NodePull {
+            allowed_registries: config.effective_policy().registries,
+            client: Client::new(config.registries.clone(), keyring),
+        })
+    }
+}
+
 pub struct Puller<'a> {
     pub store: &'a Store,
     pub client: &'a Client,

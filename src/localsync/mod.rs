@@ -5,6 +5,7 @@
 //! request is handled between two reconciles, never in the middle of writing the record.
 
 pub mod generator_output;
+pub mod images;
 pub mod reconcile;
 pub mod statefile;
 pub mod watch;
@@ -122,6 +123,8 @@ pub struct Syncer {
     /// Slices of removed pods: stopped last, after their pods' cleanup has been queued, so a
     /// removed pod's units are all gone only once its files are.
     pending_slices: Vec<String>,
+    /// Pulls of the images pods wait for (none with `--once`).
+    pub images: Option<images::ImagePulls>,
 }
 
 impl Syncer {
@@ -135,6 +138,7 @@ impl Syncer {
             pending_cleanups: Vec::new(),
             cleanup_jobs: HashMap::new(),
             pending_slices: Vec::new(),
+            images: None,
         }
     }
 
@@ -373,7 +377,20 @@ impl Syncer {
 
     /// When the next grace period ends, if any stop is still running.
     pub fn next_deadline(&self) -> Option<Instant> {
-        self.kill_at.iter().map(|(at, _, _)| *at).min()
+        let pulls = self.images.as_ref().and_then(|i| i.next_deadline());
+        self.kill_at.iter().map(|(at, _, _)| *at).chain(pulls).min()
+    }
+
+    /// After a reconcile: the pods the generator left waiting for images, and their pulls.
+    pub fn pull_waiting_images(&mut self) {
+        let Some(images) = self.images.as_mut() else {
+            return;
+        };
+        match crate::generate::report::read(&self.opts.generator_dir) {
+            Ok(r) => images.set_waiting(r.map(|r| r.waiting).unwrap_or_default()),
+            Err(e) => warn(&format!("the generator's report: {e}")),
+        }
+        images.pass();
     }
 
     /// SIGKILLs every unit whose grace period is over and whose stop job still runs: systemd
@@ -469,6 +486,11 @@ pub enum Msg {
     Terminate(i32),
     /// Manifest files changed (the optional /etc/pods.d watch), debounced and validated.
     ManifestsChanged,
+    /// An image pull ended: the digest, or the registry's message.
+    Pulled {
+        image: String,
+        result: Result<String, String>,
+    },
 }
 
 /// Logs one line to stderr, which systemd sends to the journal.
@@ -501,7 +523,13 @@ pub fn log_refused(generator_dir: &std::path::Path) {
                 warn(&format!("node configuration: {c}"));
             }
             for p in &r.problems {
-                let what = if p.is_error() { "refused" } else { "accepted" };
+                let what = if p.is_error() {
+                    "refused"
+                } else if p.is_note() {
+                    "waiting"
+                } else {
+                    "accepted"
+                };
                 warn(&format!("manifest {what}: {p}"));
             }
         }
@@ -522,6 +550,9 @@ pub fn run(syncer: &mut Syncer, rx: mpsc::Receiver<Msg>) -> Result<i32, Error> {
                 Ok(m) => m,
                 Err(mpsc::RecvTimeoutError::Timeout) => {
                     syncer.enforce_grace();
+                    if let Some(images) = syncer.images.as_mut() {
+                        images.pass();
+                    }
                     continue;
                 }
                 Err(mpsc::RecvTimeoutError::Disconnected) => return Ok(0),
@@ -548,6 +579,18 @@ pub fn run(syncer: &mut Syncer, rx: mpsc::Receiver<Msg>) -> Result<i32, Error> {
                     return Ok(Some(0));
                 }
                 Msg::ManifestsChanged => reload_now = true,
+                Msg::Pulled { image, result } => {
+                    if let Some(images) = syncer.images.as_mut() {
+                        if images.pulled(&image, result) {
+                            log("an image pods wait for is pulled: daemon-reload");
+                            if let Err(e) = syncer.client.reload() {
+                                log(&format!("{e}"));
+                            }
+                        } else {
+                            images.pass();
+                        }
+                    }
+                }
             }
             Ok(None)
         };
@@ -573,6 +616,7 @@ pub fn run(syncer: &mut Syncer, rx: mpsc::Receiver<Msg>) -> Result<i32, Error> {
                 Ok(sum) => {
                     log(&format!("reconciled: {sum}"));
                     let _ = systemd::notify::notify(&format!("STATUS=Reconciled: {sum}"));
+                    syncer.pull_waiting_images();
                 }
                 Err(e) => {
                     log(&format!("reconcile failed: {e}"));

@@ -260,6 +260,8 @@ fn one(
     // Root filesystem.
     let image_ref = c.image.as_deref().unwrap_or_default();
     let mut stored: Option<Box<StoredImage>> = None;
+    // An image still to be pulled supplies what the manifest leaves out (its Entrypoint, Cmd).
+    let mut absent = false;
     match image::resolve(image_ref, ctx.images) {
         Ok(ImageRoot::Host) => {}
         Ok(ImageRoot::Directory(d)) => {
@@ -269,6 +271,10 @@ fn one(
             svc.add("RootImage", Value::Path(f));
         }
         Ok(ImageRoot::Stored(img)) => stored = Some(img),
+        Err(u @ image::Unresolved::Absent { .. }) => {
+            absent = true;
+            faults.push(Fault::pending(format!("{path}.image"), u.message()));
+        }
         Err(u) => faults.push(Fault::new(format!("{path}.image"), u.message())),
     }
     let no_config = Default::default();
@@ -297,7 +303,9 @@ fn one(
     let args = c.args.as_deref().unwrap_or_default();
     match imagerun::command_line(command, args, image_config) {
         // Only a pulled image has an Entrypoint and a Cmd to run.
-        Some(_) if stored.is_none() && command.is_empty() => faults.push(no_command(path)),
+        Some(_) if stored.is_none() && !absent && command.is_empty() => {
+            faults.push(no_command(path))
+        }
         Some(line) => {
             let argv: Vec<Arg> = line
                 .iter()
@@ -335,6 +343,7 @@ fn one(
             format!("{path}.command"),
             format!("required: the image {image_ref:?} has neither an Entrypoint nor a Cmd"),
         )),
+        None if absent => {}
         None => faults.push(no_command(path)),
     }
     if let Some(lc) = &c.lifecycle {

@@ -119,6 +119,26 @@ pub fn store_path(reference: &str) -> Option<String> {
     Some(format!("{}/{repo}/{version}", Paths::IMAGES))
 }
 
+/// The reason a pod waiting for its images shows in the generator's report (see
+/// [`crate::generate::report::WaitingPod`]).
+pub const IMAGE_PENDING: &str = "ImagePending";
+
+/// `imagePullPolicy` as the API server defaults it: `Always` for `:latest` or no tag (without a
+/// digest), else `IfNotPresent`; a policy the manifest gives wins.
+pub fn pull_policy(reference: &str, given: Option<&str>) -> String {
+    if let Some(p) = given.filter(|p| !p.is_empty()) {
+        return p.to_string();
+    }
+    if reference.contains('@') {
+        return "IfNotPresent".into();
+    }
+    let last = reference.rsplit('/').next().unwrap_or(reference);
+    match last.rsplit_once(':') {
+        Some((_, tag)) if tag != "latest" => "IfNotPresent".into(),
+        _ => "Always".into(),
+    }
+}
+
 /// Resolves `reference`, or says why it cannot run.
 pub fn resolve(reference: &str, host: &dyn ImageResolver) -> Result<ImageRoot, Unresolved> {
     if host.is_host_alias(reference) {
@@ -152,7 +172,7 @@ pub fn resolve(reference: &str, host: &dyn ImageResolver) -> Result<ImageRoot, U
         Ok(None) => Err(Unresolved::Absent {
             reference: parsed.to_string(),
             message: format!(
-                "image {0:?} is not in the local image store: pull it with `podunit image pull {0}`",
+                "image {:?} is not on this node yet: podunit-sync pulls it, then the pod starts",
                 parsed.to_string()
             ),
         }),
@@ -184,5 +204,17 @@ mod tests {
         );
         assert_eq!(store_path("../etc:x"), None);
         assert_eq!(store_path("a b"), None);
+    }
+
+    #[test]
+    fn pull_policy_defaults_as_the_api_server() {
+        assert_eq!(pull_policy("busybox", None), "Always");
+        assert_eq!(pull_policy("busybox:latest", None), "Always");
+        assert_eq!(pull_policy("busybox:1.36", None), "IfNotPresent");
+        assert_eq!(pull_policy("reg:5000/app", None), "Always");
+        assert_eq!(pull_policy("reg:5000/app:v1", None), "IfNotPresent");
+        assert_eq!(pull_policy("app@sha256:00ff", None), "IfNotPresent");
+        assert_eq!(pull_policy("busybox:1.36", Some("Never")), "Never");
+        assert_eq!(pull_policy("busybox", Some("")), "Always");
     }
 }

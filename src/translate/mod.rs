@@ -24,6 +24,8 @@ use image::ImageResolver;
 pub struct Fault {
     pub path: String,
     pub message: String,
+    /// Not wrong: the pod waits for an image a pull brings (a note, see [`image::IMAGE_PENDING`]).
+    pub pending: bool,
 }
 
 impl Fault {
@@ -31,6 +33,14 @@ impl Fault {
         Fault {
             path: path.into(),
             message: message.into(),
+            pending: false,
+        }
+    }
+
+    pub fn pending(path: impl Into<String>, message: impl Into<String>) -> Self {
+        Fault {
+            pending: true,
+            ..Fault::new(path, message)
         }
     }
 }
@@ -129,6 +139,12 @@ pub fn translate(
     images: &dyn ImageResolver,
 ) -> Result<PodUnits, Vec<Problem>> {
     let fault = |f: Fault| {
+        if f.pending {
+            return Problem::note(&entry.file, f.message)
+                .pod(entry.key())
+                .at(f.path)
+                .reason(image::IMAGE_PENDING);
+        }
         Problem::error(&entry.file, f.message)
             .pod(entry.key())
             .at(f.path)
