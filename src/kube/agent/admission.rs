@@ -150,10 +150,19 @@ impl Worker {
             }
             if let Err(why) = image::resolve(reference, &images) {
                 names.push(c.name.clone());
+                // The generator's text says podunit-sync pulls it: true of local pods only.
+                let why = match &why {
+                    image::Unresolved::Absent { reference: r, .. } => format!(
+                        "podunit does not pull images for API pods yet: put it on this node with \
+                         `podunit image pull {r}`{}",
+                        image::store_path(reference)
+                            .map(|d| format!(" or as a root filesystem in {d}/rootfs"))
+                            .unwrap_or_default()
+                    ),
+                    other => other.message().to_string(),
+                };
                 messages.push(format!(
-                    "Container image {reference:?} is not present with pull policy of Never \
-                     (podunit never pulls: {})",
-                    why.message()
+                    "Container image {reference:?} is not present with pull policy of Never ({why})"
                 ));
             }
         }
