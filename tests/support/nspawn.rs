@@ -679,6 +679,8 @@ impl Machine {
         let out = self.sh(
             "systemctl list-units --all --no-legend --plain 'podunit*' 2>&1; \
              echo '--- generated units ---'; ls /run/systemd/generator/ 2>&1; \
+             echo '--- processes of podunit.slice ---'; \
+             systemd-cgls --no-pager -l -u podunit.slice 2>&1 | head -n 40; \
              echo '--- journal ---'; journalctl -b --no-pager -n 80 -o short-monotonic 2>&1",
         );
         String::from_utf8_lossy(&out.stdout).into_owned()
