@@ -16,9 +16,11 @@ use image::registry::{Certs, PASSWORD, Registry, USER};
 use podunit::image::Store;
 use podunit::image::registry::Client;
 use std::path::PathBuf;
+use support::api::join_machine_network;
 use support::nspawn::Machine;
-use support::pods::{SOON, ctr_unit, start_pods, wait_state};
+use support::pods::{SOON, ctr_unit, start_pods, start_sync, wait_state};
 use support::registry::{self, host_arch};
+use support::status::status_row;
 
 /// The corpus's `pods/` directory: `PODUNIT_K8S_EXAMPLES` as for tests/k8s_examples.rs, else
 /// where it is kept beside the repository.
@@ -119,11 +121,27 @@ struct Images {
 
 impl Images {
     fn start(name: &str) -> Images {
+        Images::start_on(name, || {})
+    }
+
+    /// The same registry, listening in the machine's own network (on its loopback), where
+    /// podunit-sync in the machine pulls from it.
+    fn start_in(m: &Machine, name: &str) -> Images {
+        // The registry process inherits its starting thread's network namespace.
+        std::thread::scope(|s| {
+            s.spawn(|| Images::start_on(name, || join_machine_network(m)))
+                .join()
+                .unwrap()
+        })
+    }
+
+    fn start_on(name: &str, enter_network: impl FnOnce()) -> Images {
         let dir =
             std::env::temp_dir().join(format!("podunit-images-e2e-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let certs = Certs::make(&dir.join("certs"));
+        enter_network();
         let reg = Registry::start(&dir.join("reg"), &certs, None, true);
         let (web, shell) = (nginx(), shell_image());
         for (repo, tag, img) in [
@@ -287,4 +305,67 @@ fn corpus_pods_run_unchanged_in_their_pulled_images() {
         in_root(&m, &dapi, "/bin/busybox").len() > 100_000,
         "busybox of the image"
     );
+}
+
+/// What a user does, and nothing more: drop a manifest naming an image the node does not have
+/// into /etc/pods.d and run `systemctl daemon-reload`. podunit-sync (the packaged unit) pulls the
+/// image with the node's mirror, CA and credentials file, reloads, and the pod runs. A pod whose
+/// image the registry does not have waits with ErrImagePull, then ImagePullBackOff, in `podunit
+/// status`, and holds up nothing else.
+#[test]
+fn a_dropped_manifest_gets_its_image_pulled_by_podunit_sync_and_runs() {
+    let m = Machine::boot("images-pull");
+    let images = Images::start_in(&m, "pull");
+    let host = images.reg.host.clone();
+    m.write(
+        "/etc/podunit/registry-ca.pem",
+        &std::fs::read(images.certs.ca()).unwrap(),
+    );
+    m.write(
+        "/etc/podunit/config.yaml",
+        registry::node_config(&host, "/etc/podunit/registry-ca.pem").as_bytes(),
+    );
+    m.write(
+        "/etc/podunit/auth.json",
+        registry::config_json(&host, USER, PASSWORD).as_bytes(),
+    );
+    m.sh_ok("chmod 0600 /etc/podunit/auth.json");
+    start_sync(&m);
+
+    m.write("/etc/pods.d/simple-pod.yaml", &corpus("simple-pod.yaml"));
+    m.write(
+        "/etc/pods.d/absent.yaml",
+        b"apiVersion: v1\nkind: Pod\nmetadata:\n  name: absent\nspec:\n  containers:\n  - name: main\n    image: busybox:0.0-not-pushed\n",
+    );
+    m.daemon_reload();
+    let nginx = ctr_unit("default", "nginx", "nginx");
+    m.wait_for("nginx to be pulled and started", SOON * 3, || {
+        (m.prop(&nginx, "ActiveState") == "active").then_some(())
+    });
+    assert!(http_get(&m, 80, "/").contains("Welcome to nginx!"));
+    let pid = m.prop(&nginx, "MainPID");
+    let cmdline = m.sh_ok(&format!("tr '\\0' ' ' < /proc/{pid}/cmdline"));
+    assert_eq!(
+        cmdline.trim(),
+        "httpd -f -v -p 80 -h /usr/share/nginx/html",
+        "the image's own Entrypoint and Cmd"
+    );
+    let images_listed = m.sh_ok("podunit image ls");
+    assert!(images_listed.contains("nginx"), "{images_listed}");
+
+    m.wait_for("absent to show ImagePullBackOff", SOON, || {
+        let table = m.sh_ok("podunit status");
+        (status_row(&table, "absent")[3] == "ImagePullBackOff").then_some(())
+    });
+    let journal = m.sh_ok("journalctl -b --no-pager -o cat -u podunit-sync.service");
+    assert!(
+        journal.contains("busybox:0.0-not-pushed"),
+        "the failed pull is in podunit-sync's journal:\n{journal}"
+    );
+    assert!(
+        !journal.contains(PASSWORD),
+        "the node's credentials are not logged"
+    );
+    let table = m.sh_ok("podunit status");
+    assert_eq!(status_row(&table, "nginx")[3], "Running", "{table}");
 }
