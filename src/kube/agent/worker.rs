@@ -61,6 +61,8 @@ pub struct Worker {
     pub probes: crate::probe::runner::Handle,
     /// What events were posted (dedup, aggregation, spam filter).
     pub(super) events: crate::kube::events::Correlator,
+    /// Failed hook runs already posted as events.
+    pub(super) hooks_seen: crate::kube::hook_events::Seen,
 }
 
 impl Worker {
@@ -108,6 +110,7 @@ impl Worker {
             reloads: 0,
             probes: Default::default(),
             events,
+            hooks_seen: crate::kube::hook_events::Seen::new(super::context::now().as_second()),
         })
     }
 
