@@ -3,7 +3,7 @@ CARGO ?= cargo
 PREFIX ?= /usr
 DESTDIR ?=
 
-.PHONY: all build release test test-unit test-e2e rootfs controlplane lint fmt bench bench-generator bench-reload bench-cluster bench-images demo deb rpm install uninstall fuzz fake-apiserver
+.PHONY: all build release test test-unit test-e2e rootfs controlplane lint fmt bench bench-generator bench-reload bench-cluster bench-images bench-probes demo deb rpm install uninstall fuzz fake-apiserver
 
 all: build
 
@@ -19,7 +19,7 @@ release:
 # The suites with `test = false` (run by test-e2e, test-packaging and bench) are not among
 # --all-targets: clippy checks them by name.
 MANUAL_SUITES := --test e2e --test images_e2e --test sync_e2e --test sandbox_e2e --test cluster_e2e --test probes_e2e \
-	--test apiserver_e2e --test kubelet_api_e2e --test packaging --test packaging_e2e --test bench_reload --test bench_cluster --test bench_images
+	--test apiserver_e2e --test kubelet_api_e2e --test packaging --test packaging_e2e --test bench_reload --test bench_cluster --test bench_images --test bench_probes
 
 lint:
 	$(CARGO) fmt --all -- --check
@@ -110,7 +110,7 @@ uninstall:
 	DESTDIR="$(DESTDIR)" PREFIX="$(PREFIX)" packaging/install.sh uninstall
 
 # Benchmarks (never timed tests). Reload-to-running on a real systemd: needs root and systemd-nspawn.
-bench: bench-generator bench-reload bench-cluster bench-images
+bench: bench-generator bench-reload bench-cluster bench-images bench-probes
 
 # The release generator as a process on 1 to 10000 pods: wall time and peak RSS (docs/benchmarks.md).
 # BENCH_RUNS=N changes the runs per size.
@@ -126,6 +126,11 @@ bench-reload: rootfs
 # with 110 pods (BENCH_IDLE_SECS, default 60).
 bench-cluster: rootfs
 	$(CARGO) test --release --test bench_cluster
+
+# 110 pods with a liveness and a readiness httpGet probe every 10 s: podunit-sync's CPU and RSS
+# over BENCH_IDLE_SECS (default 60), next to the same pods without probes.
+bench-probes: rootfs
+	$(CARGO) test --release --test bench_probes
 
 bench-images:
 	$(CARGO) test --release --test bench_images

@@ -686,7 +686,6 @@ fn registry_in_machine(
     (reg, img)
 }
 
-/// A pod running busybox from the registry as `image`, with `secret` as its imagePullSecret.
 /// Every (phase, waiting reason, message) the pod's first container showed since resourceVersion
 /// `rv`, in order and without repeats: a watch from that version replays the pod's changes.
 fn waiting_history(cp: &ControlPlane, pod: &str, rv: &str) -> Vec<(String, String, String)> {
@@ -715,6 +714,7 @@ fn waiting_history(cp: &ControlPlane, pod: &str, rv: &str) -> Vec<(String, Strin
     seen
 }
 
+/// A pod running busybox from the registry as `image`, with `secret` as its imagePullSecret.
 fn image_pod(name: &str, image: &str, secret: Option<&str>) -> String {
     let mut p = json!({"apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": "default"},
@@ -957,4 +957,62 @@ fn api_pods_pull_their_images_with_image_pull_secrets() {
         "a pod whose image did not come is not spooled"
     );
     drop(reg);
+}
+
+/// Failed lifecycle hooks as the API shows them: a postStart that gets no answer is
+/// `FailedPostStartHook` ("PostStartHook failed", then `Killing` "FailedPostStartHook") and kills
+/// the container, which restarts (restartCount); from the kubelet on this node, in `kubectl
+/// describe pod`. (The other containers' failing preStop hooks run at deletion; their
+/// `FailedPreStopHook` events are not asserted: see docs/cluster-mode.md.)
+#[test]
+fn failed_lifecycle_hooks_are_kubelet_events() {
+    let (m, cp) = machine_with_control_plane("real-api-hooks", Options::default());
+    start_sync(&m, "");
+    let manifest = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "hooked", "namespace": "default"},
+        "spec": {"nodeName": NODE, "automountServiceAccountToken": false,
+            "terminationGracePeriodSeconds": 5,
+            "containers": [
+                {"name": "poststart", "image": "host", "command": ["/bin/sleep", "100000"],
+                 "lifecycle": {"postStart": {"httpGet": {"host": "127.0.0.1", "port": 18097, "path": "/hello"}}}},
+                {"name": "prestop", "image": "host", "command": ["/bin/sleep", "100000"],
+                 "lifecycle": {"preStop": {"httpGet": {"host": "127.0.0.1", "port": 18098, "path": "/bye"}}}},
+                {"name": "execstop", "image": "host", "command": ["/bin/sleep", "100000"],
+                 "lifecycle": {"preStop": {"exec": {"command": ["/bin/sh", "-c", "exit 3"]}}}}]}});
+    cp.kubectl_ok(&["create", "-f", "-"], Some(&manifest.to_string()));
+    let has = |reason: &str, ty: &str, msg: &str| {
+        pod_events(&cp, "hooked")
+            .iter()
+            .any(|e| e.0 == reason && e.1 == ty && e.2.contains(msg))
+    };
+    m.wait_for("FailedPostStartHook", SOON, || {
+        has("FailedPostStartHook", "Warning", "PostStartHook failed").then_some(())
+    });
+    assert!(
+        has("Killing", "Normal", "FailedPostStartHook"),
+        "{:#?}",
+        pod_events(&cp, "hooked")
+    );
+    m.wait_for("poststart restarted in the API", SOON, || {
+        let restarts = cp.kubectl_ok(
+            &[
+                "get",
+                "pod",
+                "hooked",
+                "-o",
+                "jsonpath={.status.containerStatuses[?(@.name==\"poststart\")].restartCount}",
+            ],
+            None,
+        );
+        (restarts.trim().parse::<u32>().unwrap_or(0) >= 1).then_some(())
+    });
+    let events = pod_events(&cp, "hooked");
+    for e in &events {
+        assert_eq!((e.3.as_str(), e.4.as_str()), ("kubelet", NODE), "{e:?}");
+    }
+    let described = cp.kubectl_ok(&["describe", "pod", "hooked"], None);
+    assert!(
+        described.contains("FailedPostStartHook") && described.contains("PostStartHook failed"),
+        "{described}"
+    );
 }

@@ -297,3 +297,129 @@ fn exec_probe_enters_a_root_container_with_its_capabilities() {
         ""
     );
 }
+
+/// Lifecycle hooks of type httpGet and sleep (`podunit hook`, on the probes' HTTP client): the
+/// postStart GET reaches the pod's server before the container counts as started; a postStart
+/// that gets no answer kills its container, which restarts; a preStop GET is sent when the
+/// container is stopped, not when its main process dies on its own; a preStop sleep runs.
+const HOOKS_POD: &str = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: hooks
+spec:
+  terminationGracePeriodSeconds: 5
+  volumes:
+  - name: data
+    hostPath: {path: /srv/hk, type: Directory}
+  containers:
+  - name: server
+    image: host
+    command: [/usr/bin/perl, -e, SERVER]
+    volumeMounts: [{name: data, mountPath: /data}]
+  - name: app
+    image: host
+    command: [/bin/sleep, infinity]
+    ports: [{name: web, containerPort: 18080}]
+    lifecycle:
+      postStart:
+        httpGet: {path: "/started?x=%n$HOME", port: web, host: 127.0.0.1, httpHeaders: [{name: X-Hook, value: "a b"}]}
+      preStop:
+        httpGet: {path: /stopping, port: 18080, host: 127.0.0.1}
+  - name: napper
+    image: host
+    command: [/bin/sleep, infinity]
+    lifecycle:
+      preStop: {sleep: {seconds: 1}}
+  - name: bad
+    image: host
+    command: [/bin/sleep, infinity]
+    lifecycle:
+      postStart:
+        httpGet: {path: /nobody, port: 18099, host: 127.0.0.1}
+"#;
+
+#[test]
+fn lifecycle_http_and_sleep_hooks() {
+    let m = Machine::boot("hooks");
+    m.sh_ok("mkdir -p /srv/hk && chmod 0777 /srv/hk");
+    // The probes' server, also keeping every header line in /data/headers.
+    let server = SERVER.replace(
+        r#"last if $l =~ /^\r?\n$/ }"#,
+        r#"last if $l =~ /^\r?\n$/; open(my $g, ">>", "/data/headers"); print $g $l; close $g }"#,
+    );
+    assert_ne!(server, SERVER);
+    let pod = HOOKS_POD.replace("SERVER", &support::pods::yaml_str(&server));
+    m.write("/etc/pods.d/hooks.yaml", pod.as_bytes());
+    support::pods::start_pods(&m);
+    let requests = || m.read_string("/srv/hk/requests").unwrap_or_default();
+    let app = ctr_unit(NS, "hooks", "app");
+    let bad = ctr_unit(NS, "hooks", "bad");
+    let napper = ctr_unit(NS, "hooks", "napper");
+    wait_state(&m, &ctr_unit(NS, "hooks", "server"), &["active"]);
+    // The server may start after app's hook ran: then app restarts until its hook is answered.
+    m.wait_for("app's postStart GET", SOON, || {
+        requests()
+            .lines()
+            .any(|l| l.starts_with("GET /started?x=%n$HOME HTTP/1.1"))
+            .then_some(())
+    });
+    wait_state(&m, &app, &["active"]);
+
+    // Nobody answers bad's postStart: its start fails (systemd keeps the hook's exit status
+    // until the restart resets it), and systemd restarts it.
+    let post = m.wait_for("bad's postStart to fail", SOON, || {
+        let p = m.prop(&bad, "ExecStartPost");
+        (p.contains("code=exited") && p.contains("status=1")).then_some(p)
+    });
+    eprintln!("ExecStartPost of bad: {post}");
+    m.wait_for(
+        "bad to be restarted after its failed postStart",
+        SOON,
+        || (m.prop(&bad, "NRestarts").parse::<u32>().unwrap_or(0) >= 1).then_some(()),
+    );
+    assert!(
+        m.sh_ok(&format!("journalctl -b --no-pager -o cat -u {bad}"))
+            .contains("podunit hook: Get \"http://127.0.0.1:18099/nobody\": "),
+    );
+
+    // app's main process dies on its own: preStop does not run (the kubelet's rule), the
+    // container restarts.
+    let before = requests().lines().count();
+    let pid = m.prop(&app, "MainPID");
+    m.sh_ok(&format!("kill -KILL {pid}"));
+    m.wait_for("app to be restarted", SOON, || {
+        (m.prop(&app, "NRestarts").parse::<u32>().unwrap_or(0) >= 1
+            && m.prop(&app, "ActiveState") == "active")
+            .then_some(())
+    });
+    assert!(
+        !requests().contains("GET /stopping"),
+        "preStop ran after a crash:\n{}",
+        requests()
+    );
+    assert!(requests().lines().count() > before, "postStart ran again");
+
+    // Stopped: the preStop GET is sent; napper's preStop sleep runs and succeeds.
+    m.sh_ok(&format!("systemctl stop {app} {napper}"));
+    assert!(
+        requests().contains("GET /stopping HTTP/1.1"),
+        "{}",
+        requests()
+    );
+    let stop = m.prop(&napper, "ExecStop");
+    eprintln!("ExecStop of napper: {stop}");
+    assert!(
+        stop.contains("code=exited") && stop.contains("status=0"),
+        "{stop}"
+    );
+    // (Header names are case-insensitive; the client sends them in lower case.)
+    let headers = m
+        .read_string("/srv/hk/headers")
+        .unwrap_or_default()
+        .to_lowercase();
+    assert!(headers.contains("x-hook: a b\r\n"), "{headers}");
+    assert!(
+        headers.contains("user-agent: kube-lifecycle/1.33\r\n"),
+        "{headers}"
+    );
+}

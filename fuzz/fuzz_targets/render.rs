@@ -6,15 +6,16 @@
 
 use k8s_openapi::api::core::v1::{
     ConfigMapEnvSource, ConfigMapKeySelector, ConfigMapVolumeSource, Container,
-    EmptyDirVolumeSource, EnvFromSource, EnvVar, EnvVarSource, ExecAction, HostPathVolumeSource,
-    Lifecycle, LifecycleHandler, ObjectFieldSelector, Pod, PodSpec, SecretKeySelector, Volume,
-    VolumeMount,
+    EmptyDirVolumeSource, EnvFromSource, EnvVar, EnvVarSource, ExecAction, HTTPGetAction,
+    HTTPHeader, HostPathVolumeSource, Lifecycle, LifecycleHandler, ObjectFieldSelector, Pod,
+    PodSpec, SecretKeySelector, SleepAction, Volume, VolumeMount,
 };
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use libfuzzer_sys::arbitrary::{self, Arbitrary};
 use libfuzzer_sys::fuzz_target;
+use podunit::common::paths::Source;
 use podunit::generate::generate;
 use podunit::manifest::{Catalog, PodEntry, static_uid};
-use podunit::common::paths::Source;
 use podunit::translate::NodeFacts;
 use std::path::PathBuf;
 
@@ -241,12 +242,35 @@ fn container(c: &Ctr, volumes: &[String]) -> Container {
             }
         })
         .collect();
+    // The number of words picks the handler: exec (most), httpGet with hostile host, path and header,
+    // or sleep.
     let hook = |h: &Option<Vec<Hostile>>| {
-        h.as_ref().map(|cmd| LifecycleHandler {
-            exec: Some(ExecAction {
-                command: Some(strings(cmd)),
-            }),
-            ..Default::default()
+        h.as_ref().map(|cmd| match cmd.len() % 4 {
+            1 => LifecycleHandler {
+                http_get: Some(HTTPGetAction {
+                    host: cmd.first().map(Hostile::text),
+                    path: cmd.get(1).map(Hostile::text),
+                    port: IntOrString::Int(8080),
+                    scheme: (cmd.len() > 4).then(|| "HTTPS".into()),
+                    http_headers: cmd.get(2).map(|v| {
+                        vec![HTTPHeader {
+                            name: "X-Fuzz".into(),
+                            value: v.text(),
+                        }]
+                    }),
+                }),
+                ..Default::default()
+            },
+            2 => LifecycleHandler {
+                sleep: Some(SleepAction { seconds: 1 }),
+                ..Default::default()
+            },
+            _ => LifecycleHandler {
+                exec: Some(ExecAction {
+                    command: Some(strings(cmd)),
+                }),
+                ..Default::default()
+            },
         })
     };
     let mounts = c

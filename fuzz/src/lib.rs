@@ -9,13 +9,13 @@
 //! and an escaping bug both show.
 
 use k8s_openapi::api::core::v1::{Container, Pod};
+use podunit::common::paths::Paths;
 use podunit::escape::parse;
 use podunit::generate::Generated;
 use podunit::manifest::{Catalog, PodEntry};
-use podunit::translate::naming;
-use podunit::common::paths::Paths;
 use podunit::translate::env::{field_ref_supported, field_value, resource_value};
 use podunit::translate::image::{ImageResolver, Probe};
+use podunit::translate::naming;
 use podunit::translate::{NodeFacts, Output, PodUnits};
 use std::collections::BTreeMap;
 
@@ -370,6 +370,66 @@ fn exec_argv(unit: &str, key: &str, value: &str, runtime: &[String]) -> Vec<Stri
         .unwrap_or_else(|e| panic!("{unit}: {key}={value:?} does not expand: {e}"))
 }
 
+/// A hook's command line: its prefix (`+` for podunit's own `hook` helper) and its words, which
+/// expand to nothing at exec time (hooks run as written).
+fn hook_line(unit: &str, key: &str, value: &str, prefix: &str) -> Vec<String> {
+    let cmd = parse::exec_line(value)
+        .unwrap_or_else(|e| panic!("{unit}: {key}={value:?} does not parse: {e}"));
+    assert_eq!(cmd.prefixes, prefix, "{unit}: {key}= prefix: {value:?}");
+    parse::expand_argv(&cmd.argv, &[])
+        .unwrap_or_else(|e| panic!("{unit}: {key}={value:?} does not expand: {e}"))
+}
+
+/// What a lifecycle handler must run, written out here from the manifest (not by the code under
+/// test): an exec hook's command; `podunit hook ...` for httpGet and sleep.
+fn hook_argv(
+    c: &k8s_openapi::api::core::v1::Container,
+    h: &k8s_openapi::api::core::v1::LifecycleHandler,
+    pre_stop: bool,
+    runtime_dir: &str,
+    bin: &str,
+) -> Option<(&'static str, Vec<String>)> {
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+    if let Some(e) = &h.exec {
+        return Some(("", e.command.clone().unwrap_or_default()));
+    }
+    let mut argv = vec![bin.to_string(), "hook".into()];
+    if pre_stop {
+        argv.push("--pre-stop".into());
+        argv.push(format!("--record={runtime_dir}/hooks/{}.preStop", c.name));
+    }
+    if let Some(s) = &h.sleep {
+        argv.extend(["sleep".into(), format!("--seconds={}", s.seconds)]);
+    } else if let Some(g) = &h.http_get {
+        argv.push("http".into());
+        if g.scheme.as_deref() == Some("HTTPS") {
+            argv.push("--https".into());
+        }
+        let port = match &g.port {
+            IntOrString::Int(n) => *n,
+            IntOrString::String(s) => s.parse().unwrap_or_else(|_| {
+                c.ports
+                    .iter()
+                    .flatten()
+                    .find(|p| p.name.as_deref() == Some(s.as_str()))
+                    .map_or(0, |p| p.container_port)
+            }),
+        };
+        argv.push(format!("--host={}", g.host.as_deref().unwrap_or("")));
+        argv.push(format!("--port={port}"));
+        argv.push(format!(
+            "--path={}",
+            g.path.as_deref().filter(|p| !p.is_empty()).unwrap_or("/")
+        ));
+        for hd in g.http_headers.iter().flatten() {
+            argv.push(format!("--header={}:{}", hd.name, hd.value));
+        }
+    } else {
+        return None;
+    }
+    Some(("+", argv))
+}
+
 /// Checks the dependencies of a unit: only the pod's own units, `network.target` and
 /// `podunit.target`.
 fn check_dependencies(unit: &str, entries: &[Entry], own: &dyn Fn(&str) -> bool) {
@@ -621,11 +681,10 @@ pub fn check_pod(entry: &PodEntry, units: &PodUnits, node: &NodeFacts) {
 
         // Hooks run as written. An init container followed by others also restarts them.
         let lc = c.lifecycle.as_ref();
-        let hook = |h: Option<&k8s_openapi::api::core::v1::LifecycleHandler>| {
-            h.and_then(|h| h.exec.as_ref())
-                .and_then(|e| e.command.clone())
+        let hook = |h: Option<&k8s_openapi::api::core::v1::LifecycleHandler>, pre_stop: bool| {
+            hook_argv(c, h?, pre_stop, &units.plan.runtime_dir, &node.podunit_bin)
         };
-        let post = hook(lc.and_then(|l| l.post_start.as_ref()));
+        let post = hook(lc.and_then(|l| l.post_start.as_ref()), false);
         let mut posts = values(&e, "ExecStartPost");
         if *init {
             posts.retain(|v| {
@@ -646,18 +705,18 @@ pub fn check_pod(entry: &PodEntry, units: &PodUnits, node: &NodeFacts) {
             usize::from(post.is_some()),
             "{unit}: ExecStartPost="
         );
-        if let (Some(want), Some(v)) = (post, posts.first()) {
-            assert_eq!(exec_argv(&unit, "ExecStartPost", v, &refs), want);
+        if let (Some((prefix, want)), Some(v)) = (post, posts.first()) {
+            assert_eq!(hook_line(&unit, "ExecStartPost", v, prefix), want);
         }
-        let stop = hook(lc.and_then(|l| l.pre_stop.as_ref()));
+        let stop = hook(lc.and_then(|l| l.pre_stop.as_ref()), true);
         let stops = values(&e, "ExecStop");
         assert_eq!(
             stops.len(),
             usize::from(stop.is_some()),
             "{unit}: ExecStop="
         );
-        if let (Some(want), Some(v)) = (stop, stops.first()) {
-            assert_eq!(exec_argv(&unit, "ExecStop", v, &refs), want);
+        if let (Some((prefix, want)), Some(v)) = (stop, stops.first()) {
+            assert_eq!(hook_line(&unit, "ExecStop", v, prefix), want);
         }
         assert!(
             values(&e, "ExecStopPost").is_empty(),

@@ -8,6 +8,7 @@ mod output;
 pub mod check;
 pub mod cluster;
 pub mod completions;
+pub mod hook;
 pub mod image;
 pub mod logs;
 pub mod pods;
@@ -59,6 +60,9 @@ pub enum Command {
     /// Run an exec probe's command inside a container (run by podunit-sync as a transient unit).
     #[command(hide = true)]
     ProbeExec(probe::Args),
+    /// Run an httpGet or sleep lifecycle hook (run by the container's unit).
+    #[command(hide = true)]
+    Hook(hook::Args),
     /// Print a shell completion script (the packages install them).
     #[command(hide = true)]
     Completions(completions::Args),
@@ -98,6 +102,7 @@ pub fn main() -> ExitCode {
         Command::Subpath(a) => prepare::subpath(a),
         Command::Status(a) => status::run(a),
         Command::ProbeExec(a) => probe::run(a),
+        Command::Hook(a) => hook::run(a),
         Command::Logs(a) => logs::run(a),
         Command::Image(a) => image::run(a),
         Command::Completions(a) => completions::run(a),

@@ -323,21 +323,22 @@ pub mod message {
         format!("Container image {image:?} already present on machine")
     }
     /// `Exec lifecycle hook ([cmd]) for Container "c" in Pod "p_ns(uid)" failed - error: ...,
-    /// message: "..."` (`pkg/kubelet/lifecycle`), for FailedPostStartHook and FailedPreStopHook.
+    /// message: "..."` (`pkg/kubelet/lifecycle`), for FailedPreStopHook. `pod`: [`pod_ref`].
     pub fn failed_exec_hook(
         command: &[String],
         container: &str,
         pod: &str,
-        namespace: &str,
-        uid: &str,
         error: &str,
         output: &str,
     ) -> String {
         format!(
-            "Exec lifecycle hook ([{}]) for Container {container:?} in Pod {:?} failed - error: {error}, message: {output:?}",
+            "Exec lifecycle hook ([{}]) for Container {container:?} in Pod {pod:?} failed - error: {error}, message: {output:?}",
             command.join(" "),
-            format!("{pod}_{namespace}({uid})")
         )
+    }
+    /// A pod as the kubelet names it in messages (`format.Pod`): `name_namespace(uid)`.
+    pub fn pod_ref(pod: &str, namespace: &str, uid: &str) -> String {
+        format!("{pod}_{namespace}({uid})")
     }
 }
 

@@ -9,6 +9,7 @@ pub mod client;
 pub mod compact;
 pub mod error;
 pub mod events;
+pub mod hook_events;
 pub mod kubeconfig;
 pub mod mirror;
 pub mod node;

@@ -4,6 +4,7 @@
 //! so the D-Bus client (signals instead of waiting) can replace the `systemctl` implementation
 //! without touching the loops.
 
+use crate::kube::hook_events::{self, Runs as HookRuns};
 use crate::status::observe::{self, UnitProps};
 use std::collections::{BTreeSet, HashMap};
 use std::process::Command;
@@ -21,6 +22,11 @@ pub trait Units: Send + Sync {
     /// Starts `argv` once as the transient unit `name` in the service manager's context (outside
     /// podunit-sync's sandbox), without waiting for it; the unit is collected when done.
     fn run_once(&self, name: &str, description: &str, argv: &[String]) -> Result<(), String>;
+    /// The last run of each container unit's lifecycle hooks (`ExecStartPost=`, `ExecStop=`);
+    /// empty when this edge cannot tell.
+    fn hook_runs(&self, _units: &[String]) -> Result<Vec<(String, HookRuns)>, String> {
+        Ok(Vec::new())
+    }
     /// Load, active and sub state of every podunit unit systemd has loaded, in one call; `None`
     /// when this edge cannot list them cheaply.
     fn states(&self) -> Option<HashMap<String, UnitStates>> {
@@ -98,6 +104,21 @@ fn run(args: &[&str]) -> Result<String, String> {
     }
 }
 
+/// `systemctl show` of the hooks' exec status (see [`hook_events::parse_show`]).
+fn show_hook_runs(units: &[String]) -> Result<Vec<(String, HookRuns)>, String> {
+    if units.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut args = vec![
+        "show",
+        "--timestamp=unix",
+        "-p",
+        hook_events::SHOW_PROPERTIES,
+    ];
+    args.extend(units.iter().map(String::as_str));
+    run(&args).map(|t| hook_events::parse_show(&t))
+}
+
 impl Units for Systemctl {
     fn reload(&self) -> Result<(), String> {
         run(&["daemon-reload"])?;
@@ -109,6 +130,10 @@ impl Units for Systemctl {
         let mut args = vec!["show", "--timestamp=unix", "-p", observe::SHOW_PROPERTIES];
         args.extend(units.iter().map(String::as_str));
         run(&args).map(|t| observe::parse_show(&t))
+    }
+
+    fn hook_runs(&self, units: &[String]) -> Result<Vec<(String, HookRuns)>, String> {
+        show_hook_runs(units)
     }
 
     fn stop(&self, units: &[String], kill: bool) -> Result<(), String> {
@@ -245,6 +270,11 @@ impl Units for Dbus {
 
     fn wait_change(&self, timeout: Duration) -> bool {
         self.wait_changes(timeout) != Changes::None
+    }
+
+    fn hook_runs(&self, units: &[String]) -> Result<Vec<(String, HookRuns)>, String> {
+        // Exec status arrays are simpler to read from systemctl than as `a(sasbttttuii)`.
+        show_hook_runs(units)
     }
 
     fn states(&self) -> Option<HashMap<String, UnitStates>> {

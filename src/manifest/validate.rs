@@ -64,6 +64,21 @@ impl Check<'_> {
     }
 }
 
+impl Check<'_> {
+    /// A probe's or hook's problem, whose dotted path (`httpGet.port`) is below `base`.
+    fn below(&mut self, base: &FieldPath, pr: crate::probe::spec::Problem) {
+        let mut path = base.clone();
+        for part in pr.path.split('.').filter(|s| !s.is_empty()) {
+            path = path.field(part);
+        }
+        if pr.error {
+            self.err(&path, pr.message);
+        } else {
+            self.warn(&path, pr.message);
+        }
+    }
+}
+
 /// All problems of a pod; the pod is refused when any is an error.
 pub fn validate(entry: &PodEntry) -> Vec<Problem> {
     let mut c = Check {
@@ -423,15 +438,7 @@ fn check_container(
     for (kind, pr) in
         crate::probe::spec::check(ctr, init && ctr.restart_policy.as_deref() != Some("Always"))
     {
-        let mut path = p.field(kind.field());
-        for part in pr.path.split('.').filter(|s| !s.is_empty()) {
-            path = path.field(part);
-        }
-        if pr.error {
-            c.err(&path, pr.message);
-        } else {
-            c.warn(&path, pr.message);
-        }
+        c.below(&p.field(kind.field()), pr);
     }
     if ctr.stdin == Some(true) || ctr.tty == Some(true) {
         c.warn(
@@ -444,22 +451,18 @@ fn check_container(
         );
     }
     if let Some(lc) = &ctr.lifecycle {
+        // The API server checks a sleep against the pod's grace period as written (default 30).
+        let grace = c
+            .entry
+            .pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.termination_grace_period_seconds)
+            .unwrap_or(30);
         for (field, h) in [("postStart", &lc.post_start), ("preStop", &lc.pre_stop)] {
-            if let Some(h) = h {
-                let hp = p.field("lifecycle").field(field);
-                if h.exec.is_none() {
-                    c.err(
-                        &hp,
-                        "only exec hooks are supported (httpGet, tcpSocket and sleep are not)",
-                    );
-                } else if h
-                    .exec
-                    .as_ref()
-                    .and_then(|e| e.command.as_ref())
-                    .is_none_or(|v| v.is_empty())
-                {
-                    c.err(&hp.field("exec").field("command"), "required");
-                }
+            let Some(h) = h else { continue };
+            for pr in crate::probe::hook::check(ctr, h, grace) {
+                c.below(&p.field("lifecycle").field(field), pr);
             }
         }
         if init

@@ -119,7 +119,7 @@ pub fn url(https: bool, host: &str, port: u16, path: &str) -> String {
     format!("{scheme}://{}{path}", join_host_port(host, port))
 }
 
-fn agent(timeout: Duration) -> ureq::Agent {
+fn agent(timeout: Option<Duration>, user_agent: &str) -> ureq::Agent {
     use std::sync::Arc;
     use ureq::tls::TlsConfig;
     // The kubelet does not verify a probe's certificate (InsecureSkipVerify).
@@ -131,8 +131,8 @@ fn agent(timeout: Duration) -> ureq::Agent {
         .tls_config(tls)
         .http_status_as_error(false)
         .max_redirects(0)
-        .user_agent(USER_AGENT)
-        .timeout_global(Some(timeout.max(Duration::from_millis(1))))
+        .user_agent(user_agent)
+        .timeout_global(timeout.map(|t| t.max(Duration::from_millis(1))))
         .max_idle_connections(0)
         .input_buffer_size(16 * 1024)
         .output_buffer_size(4 * 1024)
@@ -165,19 +165,56 @@ pub fn http(
     headers: &[(String, String)],
     timeout: Duration,
 ) -> Outcome {
-    let agent = agent(timeout);
-    let first = url(https, host, port, path);
+    let req = Get {
+        https,
+        host,
+        port,
+        path,
+        headers,
+    };
+    match get(&req, Some(timeout), USER_AGENT) {
+        Err(m) => Outcome::Failure(m),
+        Ok(Reply { code, .. }) if (200..300).contains(&code) => Outcome::Success,
+        Ok(Reply { code, body }) if (300..400).contains(&code) => {
+            Outcome::Warning(format!("Probe terminated redirects, Response body: {body}"))
+        }
+        Ok(Reply { code, .. }) => {
+            Outcome::Failure(format!("HTTP probe failed with statuscode: {code}"))
+        }
+    }
+}
+
+/// One GET of an `httpGet` action (a probe's or a lifecycle hook's).
+pub struct Get<'a> {
+    pub https: bool,
+    pub host: &'a str,
+    pub port: u16,
+    pub path: &'a str,
+    pub headers: &'a [(String, String)],
+}
+
+/// The last response of a [`get`]: its status and (the first [`MAX_OUTPUT`] bytes of) its body.
+pub struct Reply {
+    pub code: u16,
+    pub body: String,
+}
+
+/// A GET as the kubelet sends it (`NewRequestForHTTPGetAction`): the headers, `Accept: */*`,
+/// `user_agent`; redirects followed to the same host only (at most [`MAX_REDIRECTS`]), a redirect
+/// elsewhere is the reply. `Err`: no response, in Go's words (`Get "url": ...`).
+pub fn get(req: &Get<'_>, timeout: Option<Duration>, user_agent: &str) -> Result<Reply, String> {
+    let agent = agent(timeout, user_agent);
+    let first = url(req.https, req.host, req.port, req.path);
     let first_host = host_of(&first);
     let mut target = first.clone();
     for _ in 0..=MAX_REDIRECTS {
-        let mut req = agent.get(&target).header("Accept", "*/*");
-        for (k, v) in headers {
-            req = req.header(k.as_str(), v.as_str());
+        let mut r = agent.get(&target).header("Accept", "*/*");
+        for (k, v) in req.headers {
+            r = r.header(k.as_str(), v.as_str());
         }
-        let mut resp = match req.call() {
-            Ok(r) => r,
-            Err(e) => return Outcome::Failure(format!("Get {first:?}: {}", ureq_error(&e))),
-        };
+        let mut resp = r
+            .call()
+            .map_err(|e| format!("Get {first:?}: {}", ureq_error(&e)))?;
         let code = resp.status().as_u16();
         let location = resp
             .headers()
@@ -200,15 +237,9 @@ pub fn http(
             .take(MAX_OUTPUT as u64)
             .read_to_end(&mut body);
         let body = String::from_utf8_lossy(&body).into_owned();
-        return if (200..300).contains(&code) {
-            Outcome::Success
-        } else if (300..400).contains(&code) {
-            Outcome::Warning(format!("Probe terminated redirects, Response body: {body}"))
-        } else {
-            Outcome::Failure(format!("HTTP probe failed with statuscode: {code}"))
-        };
+        return Ok(Reply { code, body });
     }
-    Outcome::Failure(format!(
+    Err(format!(
         "Get {first:?}: stopped after {MAX_REDIRECTS} redirects"
     ))
 }

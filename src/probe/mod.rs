@@ -2,10 +2,13 @@
 //!
 //! - [`spec`]: the probes of a container as the plan carries them (pure, in the generator too);
 //! - [`state`]: the kubelet's probe worker as a pure state machine;
+//! - [`hook`]: lifecycle hooks (`postStart`, `preStop`) as the plan carries them (pure);
+//!   [`hook_run`] runs the `httpGet` and `sleep` ones (`podunit hook`);
 //! - [`results`]: what is published (`ready`, `started`) and how status reads it;
 //! - [`check`], [`grpc`], [`exec`], [`enter`], [`capabilities`], [`runner`]: running probes, in
 //!   podunit-sync.
 
+pub mod hook;
 pub mod spec;
 pub mod state;
 
@@ -19,6 +22,8 @@ pub mod enter;
 pub mod exec;
 #[cfg(feature = "cli")]
 pub mod grpc;
+#[cfg(feature = "cli")]
+pub mod hook_run;
 #[cfg(feature = "cli")]
 pub mod results;
 #[cfg(feature = "cli")]

@@ -113,7 +113,7 @@ pub struct Problem {
     pub error: bool,
 }
 
-fn problem(path: &str, message: impl Into<String>) -> Problem {
+pub(crate) fn problem(path: &str, message: impl Into<String>) -> Problem {
     Problem {
         path: path.to_string(),
         message: message.into(),
@@ -195,42 +195,7 @@ fn check_probe(ctr: &core::Container, kind: Kind, p: &core::Probe) -> Vec<Proble
         out.push(problem("exec.command", "Required value"));
     }
     if let Some(h) = &p.http_get {
-        port_problem(ctr, &h.port, "httpGet.port", &mut out);
-        if let Some(s) = h.scheme.as_deref()
-            && s != "HTTP"
-            && s != "HTTPS"
-        {
-            out.push(problem(
-                "httpGet.scheme",
-                format!("Unsupported value: {s:?}: supported values: \"HTTP\", \"HTTPS\""),
-            ));
-        }
-        for (i, hd) in h.http_headers.iter().flatten().enumerate() {
-            if !is_header_name(&hd.name) {
-                out.push(problem(
-                    &format!("httpGet.httpHeaders[{i}].name"),
-                    format!(
-                        "{:?}: a valid HTTP header must consist of alphanumeric characters or '-'",
-                        hd.name
-                    ),
-                ));
-            }
-            if hd.value.chars().any(|c| c.is_control() && c != '\t') {
-                out.push(problem(
-                    &format!("httpGet.httpHeaders[{i}].value"),
-                    "may not contain control characters",
-                ));
-            }
-        }
-        if h.path
-            .as_deref()
-            .is_some_and(|p| p.chars().any(char::is_control))
-        {
-            out.push(problem(
-                "httpGet.path",
-                "may not contain control characters",
-            ));
-        }
+        check_http_get(ctr, h, "httpGet", &mut out);
     }
     if let Some(t) = &p.tcp_socket {
         port_problem(ctr, &t.port, "tcpSocket.port", &mut out);
@@ -244,6 +209,52 @@ fn check_probe(ctr: &core::Container, kind: Kind, p: &core::Probe) -> Vec<Proble
         ));
     }
     out
+}
+
+/// The API server's rules for an `HTTPGetAction` (`validateHTTPGetAction`), of a probe or a
+/// lifecycle hook; `at` is its path (`httpGet`).
+pub(crate) fn check_http_get(
+    ctr: &core::Container,
+    h: &core::HTTPGetAction,
+    at: &str,
+    out: &mut Vec<Problem>,
+) {
+    port_problem(ctr, &h.port, &format!("{at}.port"), out);
+    if let Some(s) = h.scheme.as_deref()
+        && s != "HTTP"
+        && s != "HTTPS"
+    {
+        out.push(problem(
+            &format!("{at}.scheme"),
+            format!("Unsupported value: {s:?}: supported values: \"HTTP\", \"HTTPS\""),
+        ));
+    }
+    for (i, hd) in h.http_headers.iter().flatten().enumerate() {
+        if !is_header_name(&hd.name) {
+            out.push(problem(
+                &format!("{at}.httpHeaders[{i}].name"),
+                format!(
+                    "{:?}: a valid HTTP header must consist of alphanumeric characters or '-'",
+                    hd.name
+                ),
+            ));
+        }
+        if hd.value.chars().any(|c| c.is_control() && c != '\t') {
+            out.push(problem(
+                &format!("{at}.httpHeaders[{i}].value"),
+                "may not contain control characters",
+            ));
+        }
+    }
+    if h.path
+        .as_deref()
+        .is_some_and(|p| p.chars().any(char::is_control))
+    {
+        out.push(problem(
+            &format!("{at}.path"),
+            "may not contain control characters",
+        ));
+    }
 }
 
 /// A port out of range is refused; a name no container port has is accepted (the API server
@@ -288,6 +299,27 @@ fn port_of(ctr: &core::Container, port: &IntOrString) -> Result<u16, String> {
     }
 }
 
+/// An `HTTPGetAction` as it is run: named port resolved (0: no container port has the name),
+/// path defaulted to `/`.
+pub(crate) fn http_get(ctr: &core::Container, h: &core::HTTPGetAction) -> Handler {
+    Handler::HttpGet {
+        https: h.scheme.as_deref() == Some("HTTPS"),
+        host: h.host.clone().unwrap_or_default(),
+        port: port_of(ctr, &h.port).unwrap_or(0),
+        path: h
+            .path
+            .clone()
+            .filter(|p| !p.is_empty())
+            .unwrap_or_else(|| "/".into()),
+        headers: h
+            .http_headers
+            .iter()
+            .flatten()
+            .map(|h| (h.name.clone(), h.value.clone()))
+            .collect(),
+    }
+}
+
 fn non_neg(v: Option<i32>, default: u32) -> u32 {
     match v {
         Some(v) if v > 0 => v as u32,
@@ -302,22 +334,7 @@ pub fn probe(ctr: &core::Container, p: &core::Probe) -> Option<Probe> {
             command: e.command.clone().unwrap_or_default(),
         }
     } else if let Some(h) = &p.http_get {
-        Handler::HttpGet {
-            https: h.scheme.as_deref() == Some("HTTPS"),
-            host: h.host.clone().unwrap_or_default(),
-            port: port_of(ctr, &h.port).unwrap_or(0),
-            path: h
-                .path
-                .clone()
-                .filter(|p| !p.is_empty())
-                .unwrap_or_else(|| "/".into()),
-            headers: h
-                .http_headers
-                .iter()
-                .flatten()
-                .map(|h| (h.name.clone(), h.value.clone()))
-                .collect(),
-        }
+        http_get(ctr, h)
     } else if let Some(t) = &p.tcp_socket {
         Handler::TcpSocket {
             host: t.host.clone().unwrap_or_default(),

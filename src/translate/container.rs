@@ -347,25 +347,31 @@ fn one(
         None => faults.push(no_command(path)),
     }
     if let Some(lc) = &c.lifecycle {
-        if let Some(cmd) = lc
-            .post_start
-            .as_ref()
-            .and_then(|h| h.exec.as_ref())
-            .and_then(|e| e.command.as_ref())
-        {
-            svc.add(
-                "ExecStartPost",
+        use crate::probe::hook::{self, Hook, Stage};
+        for (stage, key, h) in [
+            (Stage::PostStart, "ExecStartPost", &lc.post_start),
+            (Stage::PreStop, "ExecStop", &lc.pre_stop),
+        ] {
+            let Some(h) = h.as_ref().and_then(|h| hook::hook(c, h)) else {
+                continue;
+            };
+            let record = hook::record_path(&ctx.plan.runtime_dir, &c.name);
+            match (&h, hook::helper_args(&h, stage, &record)) {
                 // The kubelet runs hook commands as written: no $(VAR) expansion.
-                Value::Exec(cmd.iter().map(Arg::text).collect()),
-            );
-        }
-        if let Some(cmd) = lc
-            .pre_stop
-            .as_ref()
-            .and_then(|h| h.exec.as_ref())
-            .and_then(|e| e.command.as_ref())
-        {
-            svc.add("ExecStop", Value::Exec(cmd.iter().map(Arg::text).collect()));
+                (Hook::Exec(cmd), _) => {
+                    svc.add(key, Value::Exec(cmd.iter().map(Arg::text).collect()));
+                }
+                // `+`: podunit is not in the container's root; the request goes out from the
+                // host's network, as the kubelet's does.
+                (_, Some(args)) => {
+                    let argv = std::iter::once(ctx.node.podunit_bin.as_str())
+                        .chain(args.iter().map(String::as_str))
+                        .map(Arg::text)
+                        .collect();
+                    svc.add(key, Value::PrivilegedExec(argv));
+                }
+                (_, None) => {}
+            }
         }
     }
     let working_dir = c.working_dir.as_deref().filter(|w| !w.is_empty()).or(stored

@@ -1,6 +1,6 @@
 //! Events about pods (core/v1, as `kubectl describe pod` shows them).
 
-use super::context::{key_of, now};
+use super::context::{key_of, log, now};
 use super::worker::Worker;
 use crate::kube::client;
 use k8s_openapi::api::core::v1::Pod;
@@ -49,6 +49,91 @@ impl Worker {
                 }
             }
             Err(e) => self.api_failed("posting an event", &e),
+        }
+    }
+
+    /// `FailedPostStartHook` and `FailedPreStopHook` for the pod's hook runs that failed since
+    /// the last look (see [`crate::kube::hook_events`]).
+    pub(super) fn hook_events(&mut self, pod: &Pod) {
+        use crate::probe::hook::{self, Stage};
+        let Some(spec) = pod.spec.as_ref() else {
+            return;
+        };
+        let (ns, name) = key_of(pod);
+        let hooked: Vec<(String, &k8s_openapi::api::core::v1::Container)> = spec
+            .init_containers
+            .iter()
+            .flatten()
+            .chain(&spec.containers)
+            .filter(|c| {
+                c.lifecycle
+                    .as_ref()
+                    .is_some_and(|l| l.post_start.is_some() || l.pre_stop.is_some())
+            })
+            .map(|c| {
+                (
+                    crate::translate::naming::container_service(&ns, &name, &c.name),
+                    c,
+                )
+            })
+            .collect();
+        if hooked.is_empty() {
+            return;
+        }
+        let units: Vec<String> = hooked.iter().map(|(u, _)| u.clone()).collect();
+        let runs = match self.units.hook_runs(&units) {
+            Ok(r) => r,
+            Err(e) => {
+                log(format!("{ns}/{name}: lifecycle hook status: {e}"));
+                return;
+            }
+        };
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let pod_ref = crate::kube::events::message::pod_ref(&name, &ns, &uid);
+        for (unit, r) in runs {
+            let Some((_, c)) = hooked.iter().find(|(u, _)| *u == unit) else {
+                continue;
+            };
+            let Some(lc) = c.lifecycle.as_ref() else {
+                continue;
+            };
+            for (stage, handler, run) in [
+                (Stage::PostStart, &lc.post_start, &r.post_start),
+                (Stage::PreStop, &lc.pre_stop, &r.pre_stop),
+            ] {
+                let (Some(handler), Some(run)) = (handler, run) else {
+                    continue;
+                };
+                let Some(h) = hook::hook(c, handler) else {
+                    continue;
+                };
+                let Some(exit) = run.failed.clone() else {
+                    continue;
+                };
+                if !self.hooks_seen.fresh_failure(&unit, stage, run) {
+                    continue;
+                }
+                // What `podunit hook` left of a failed preStop's error (read once).
+                let record = self.cfg.paths.host(&hook::record_path(
+                    &format!("{}/{uid}", crate::common::paths::Paths::RUNTIME),
+                    &c.name,
+                ));
+                let error = (stage == Stage::PreStop)
+                    .then(|| std::fs::read_to_string(&record).ok())
+                    .flatten();
+                let _ = std::fs::remove_file(&record);
+                let obj = crate::kube::events::Involved::container(pod, &c.name);
+                for (type_, reason, message) in crate::kube::hook_events::events(
+                    stage,
+                    &h,
+                    &c.name,
+                    &pod_ref,
+                    &exit,
+                    error.as_deref(),
+                ) {
+                    self.post_event(&obj, type_, reason, &message);
+                }
+            }
         }
     }
 

@@ -226,6 +226,7 @@ impl Worker {
                         let obj = crate::kube::events::Involved::container(&pod, &c);
                         self.post_event(&obj, type_, reason, &message);
                     }
+                    self.hook_events(&pod);
                     st
                 }
             };

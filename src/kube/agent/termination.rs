@@ -106,6 +106,9 @@ impl Worker {
             // Volumes go before the object does (the kubelet unmounts before its final DELETE), so
             // whoever sees the pod gone also sees its state gone.
             let uid = rec.uid.clone();
+            let pod = rec.pod.get();
+            // The preStop hooks ran during this stop: their failures are events before it goes.
+            self.hook_events(&pod);
             self.remove_pod_dirs(&uid);
             let path = client::path::<Pod>(Some(&k.0), Some(&k.1));
             let opts = DeleteOptions {

@@ -63,6 +63,8 @@ pub struct Worker {
     pub(super) events: crate::kube::events::Correlator,
     /// The node's image pulls (started by [`super::run`]).
     pub(super) pulls: Option<crate::image::queue::PullQueue>,
+    /// Failed hook runs already posted as events.
+    pub(super) hooks_seen: crate::kube::hook_events::Seen,
 }
 
 impl Worker {
@@ -111,6 +113,7 @@ impl Worker {
             probes: Default::default(),
             events,
             pulls: None,
+            hooks_seen: crate::kube::hook_events::Seen::new(super::context::now().as_second()),
         })
     }
 
