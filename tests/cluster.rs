@@ -701,7 +701,7 @@ fn a_pod_the_policy_refuses_fails_with_an_event_and_never_runs() {
     assert!(rec.refused);
     let row = podunit::status::knownpods::unspooled(&rec);
     assert_eq!(row.display, "PolicyViolation");
-    assert_eq!(row.phase, podunit::status::pod::Phase::Failed);
+    assert_eq!(row.phase, podunit::status::phase::Phase::Failed);
     assert!(row.message.unwrap().contains("policy.privileged"));
 }
 
@@ -1386,7 +1386,7 @@ fn a_pod_whose_config_map_is_missing_waits_and_says_which() {
         (
             "CreateContainerConfigError",
             1,
-            podunit::status::pod::Phase::Pending
+            podunit::status::phase::Phase::Pending
         )
     );
     assert_eq!(

@@ -4,20 +4,13 @@
 
 use crate::common::paths::Source;
 use crate::localsync::generator_output::{ContainerKind, GeneratedContainer, GeneratedPod, PodKey};
-use crate::status::container::ser_time;
-use crate::status::model::{self, ContainerUnit, Observed, PodUnit};
-use crate::status::phase::Restart;
+use crate::status::container::{State, ser_time};
+use crate::status::model::{self, ContainerStatus, ContainerUnit, Observed, PodUnit};
+use crate::status::phase::{Phase, Restart};
 use crate::status::unit::{ListedUnit, UnitState};
 use crate::translate::naming::{self, Parsed};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
-
-/// Kubernetes `ContainerState` (see [`crate::status::container`], which derives it from the unit).
-pub use crate::status::container::State as ContainerState;
-/// One container's status, as the model computes it.
-pub use crate::status::model::ContainerStatus;
-/// The pod's phase (shared with the cluster agent's PodStatus, [`crate::status::phase`]).
-pub use crate::status::phase::Phase;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Condition {
@@ -156,10 +149,10 @@ fn display_status(obs: &Observed, terminating: bool) -> String {
             continue;
         }
         return match &s.state {
-            ContainerState::Terminated { reason, .. } if !reason.is_empty() => {
+            State::Terminated { reason, .. } if !reason.is_empty() => {
                 format!("Init:{reason}")
             }
-            ContainerState::Waiting { reason }
+            State::Waiting { reason }
                 if !reason.is_empty()
                     && reason != "PodInitializing"
                     && reason != "ContainerCreating" =>
@@ -172,9 +165,9 @@ fn display_status(obs: &Observed, terminating: bool) -> String {
     let mut has_running = false;
     for s in obs.containers.iter().rev() {
         match &s.state {
-            ContainerState::Waiting { reason: r } if !r.is_empty() => reason = r.clone(),
-            ContainerState::Terminated { reason: r, .. } => reason = r.clone(),
-            ContainerState::Running { .. } if s.ready => has_running = true,
+            State::Waiting { reason: r } if !r.is_empty() => reason = r.clone(),
+            State::Terminated { reason: r, .. } => reason = r.clone(),
+            State::Running { .. } if s.ready => has_running = true,
             _ => {}
         }
     }
@@ -393,11 +386,11 @@ mod tests {
         assert_eq!(s.phase, Phase::Pending);
         assert!(matches!(
             s.init_container_statuses[1].state,
-            ContainerState::Running { .. }
+            State::Running { .. }
         ));
         assert_eq!(
             s.container_statuses[0].state,
-            ContainerState::Waiting {
+            State::Waiting {
                 reason: "PodInitializing".into()
             }
         );

@@ -8,6 +8,7 @@ use crate::kube::client;
 use crate::kube::compact::Compact;
 use crate::kube::units::Changes;
 use crate::status::api;
+use crate::status::container::State;
 use crate::status::observe::{self, UnitProps};
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use std::collections::HashMap;
@@ -168,7 +169,7 @@ impl Worker {
                         .chain(obs.init_containers.iter_mut())
                         .filter(|c| about(&c.name))
                     {
-                        c.state = api::State::Waiting {
+                        c.state = State::Waiting {
                             reason: reason.clone(),
                         };
                     }
