@@ -1,7 +1,7 @@
 //! The status model: a pod's units -> each container's status -> the pod's phase, conditions and
-//! start time, computed once ([`observe`]). Both kinds of pod feed it the same inputs: a local pod
-//! ([`crate::status::pod`]) from the generator's record and systemd's `UnitState`, an API pod
-//! ([`crate::status::observe`]) from its spec and the agent's `UnitProps`. What each program shows
+//! start time, computed once ([`observe`]). Both kinds of pod feed it the same inputs, systemd's
+//! [`crate::status::unit::UnitState`] of each unit: a local pod ([`crate::status::pod`]) with the
+//! generator's record of it, an API pod ([`crate::status::observe`]) with its spec. What each program shows
 //! is a projection of the one [`Observed`]: `podunit status`'s row and JSON ([`crate::status::pod`]),
 //! the PodStatus the cluster agent posts ([`crate::status::api`]).
 
@@ -158,7 +158,6 @@ pub fn observe(pod: PodUnit, containers: &[ContainerUnit]) -> Observed {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kube::units::props_from_state;
     use crate::localsync::generator_output::{GeneratedContainer, GeneratedPod, PodKey};
     use crate::status::unit::{ExitKind, UnitState};
     use crate::translate::naming;
@@ -257,12 +256,8 @@ mod tests {
             let (local, api) = both(policy);
             for units in &scenarios {
                 let states = named(units);
-                let props = states
-                    .iter()
-                    .map(|(n, u)| (n.clone(), props_from_state(u)))
-                    .collect();
                 let from_local = crate::status::pod::observe(&local, &states);
-                let from_api = crate::status::observe::observe(&api, &props);
+                let from_api = crate::status::observe::observe(&api, &states);
                 assert_eq!(from_local, from_api, "{policy}: {units:?}");
             }
         }

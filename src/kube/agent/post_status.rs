@@ -9,7 +9,8 @@ use crate::kube::compact::Compact;
 use crate::kube::units::Changes;
 use crate::status::api;
 use crate::status::container::State;
-use crate::status::observe::{self, UnitProps};
+use crate::status::observe;
+use crate::status::unit::UnitState;
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use std::collections::HashMap;
 
@@ -189,7 +190,7 @@ impl Worker {
                 }
                 Phase::Active | Phase::Terminating { .. } => {
                     let units = rec.units.clone();
-                    let props: HashMap<String, UnitProps> = match self.units.props(&units) {
+                    let props: HashMap<String, UnitState> = match self.units.props(&units) {
                         Ok(p) => p,
                         Err(e) => {
                             log(format!("{}/{}: {e}", k.0, k.1));
