@@ -199,14 +199,7 @@ impl Worker {
                         }
                     };
                     let mut obs = observe::observe(&pod, &props);
-                    {
-                        let results = self
-                            .probes
-                            .results
-                            .read()
-                            .unwrap_or_else(|e| e.into_inner());
-                        crate::kube::probes::overlay_observed(&pod, &mut obs, &results);
-                    }
+                    crate::kube::probes::overlay_api_pod(&pod, &mut obs, &self.probes.results);
                     let st = api::build(&pod, &obs, &addrs, posted.as_ref(), now());
                     for (c, type_, reason, message) in
                         crate::kube::events::lifecycle(&pod, posted.as_ref(), &st)
