@@ -14,7 +14,7 @@ use podunit::kube::agent::{self, AgentConfig, IMAGE_NEVER_PULL, Shared};
 use podunit::kube::client::{self, Client, DeleteOptions};
 use podunit::kube::kubeconfig::{self, OwnerCheck};
 use podunit::kube::units::{Changes, UnitStates, Units};
-use podunit::status::observe::UnitProps;
+use podunit::status::unit::{ExitKind, UnitState};
 use serde_json::json;
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -33,7 +33,7 @@ const NODE: &str = "n1";
 struct FakeUnits {
     spool: PathBuf,
     paths: Option<Paths>,
-    state: Mutex<HashMap<String, UnitProps>>,
+    state: Mutex<HashMap<String, UnitState>>,
     reloads: AtomicU64,
     /// Transient units started (`run_once`): pod-refresh runs.
     runs: AtomicU64,
@@ -50,8 +50,8 @@ fn now_us() -> u64 {
         .as_micros() as u64
 }
 
-fn running(start: u64) -> UnitProps {
-    UnitProps {
+fn running(start: u64) -> UnitState {
+    UnitState {
         load_state: "loaded".into(),
         active_state: "active".into(),
         sub_state: "running".into(),
@@ -103,7 +103,7 @@ impl FakeUnits {
 
     /// Test hook: change a unit without a signal for it, as a daemon-reload can (a unit whose
     /// file stopped loading, say); only the next reload's listing of the units shows it.
-    fn set_unsignalled(&self, unit: &str, f: impl FnOnce(&mut UnitProps)) {
+    fn set_unsignalled(&self, unit: &str, f: impl FnOnce(&mut UnitState)) {
         f(self
             .state
             .lock()
@@ -113,7 +113,7 @@ impl FakeUnits {
     }
 
     /// Test hook: change a unit as systemd would, and signal it.
-    fn set(&self, unit: &str, f: impl FnOnce(&mut UnitProps)) {
+    fn set(&self, unit: &str, f: impl FnOnce(&mut UnitState)) {
         let mut s = self.state.lock().unwrap();
         f(s.entry(unit.to_string()).or_default());
         drop(s);
@@ -142,7 +142,7 @@ impl FakeUnits {
             {
                 u.active_state = "inactive".into();
                 u.sub_state = "dead".into();
-                u.exec_main_code = 2;
+                u.exec_main_code = ExitKind::Killed;
                 u.exec_main_status = 15;
                 u.exec_main_exit_us = now_us();
                 stopped.insert(name.clone());
@@ -182,16 +182,16 @@ impl Units for FakeUnits {
             if !s.contains_key(&pu) {
                 starting.insert(pu.clone(), pod.metadata.uid.clone().unwrap_or_default());
             }
-            s.entry(pu).or_insert_with(|| UnitProps {
+            s.entry(pu).or_insert_with(|| UnitState {
                 sub_state: "exited".into(),
                 ..running(start)
             });
             let spec = pod.spec.unwrap();
             for c in spec.init_containers.iter().flatten() {
                 let u = podunit::translate::naming::container_service(&ns, &name, &c.name);
-                s.entry(u).or_insert_with(|| UnitProps {
+                s.entry(u).or_insert_with(|| UnitState {
                     sub_state: "exited".into(),
-                    exec_main_code: 1,
+                    exec_main_code: ExitKind::Exited,
                     exec_main_exit_us: start,
                     ..running(start)
                 });
@@ -207,7 +207,7 @@ impl Units for FakeUnits {
         Ok(())
     }
 
-    fn props(&self, units: &[String]) -> Result<HashMap<String, UnitProps>, String> {
+    fn props(&self, units: &[String]) -> Result<HashMap<String, UnitState>, String> {
         let s = self.state.lock().unwrap();
         Ok(units
             .iter()
@@ -595,7 +595,7 @@ fn pod_runs_and_status_follows_its_units() {
     env.units.set(&app_unit("web"), |u| {
         u.active_state = "activating".into();
         u.sub_state = "auto-restart".into();
-        u.exec_main_code = 1;
+        u.exec_main_code = ExitKind::Exited;
         u.exec_main_status = 3;
         u.exec_main_exit_us = now_us();
         u.n_restarts = 2;
@@ -701,7 +701,7 @@ fn a_pod_the_policy_refuses_fails_with_an_event_and_never_runs() {
     assert!(rec.refused);
     let row = podunit::status::knownpods::unspooled(&rec);
     assert_eq!(row.display, "PolicyViolation");
-    assert_eq!(row.phase, podunit::status::pod::Phase::Failed);
+    assert_eq!(row.phase, podunit::status::phase::Phase::Failed);
     assert!(row.message.unwrap().contains("policy.privileged"));
 }
 
@@ -779,7 +779,7 @@ fn watch_resumes_and_relists_across_api_server_restarts() {
     env.units.set(&app_unit("a"), |u| {
         u.active_state = "failed".into();
         u.sub_state = "failed".into();
-        u.exec_main_code = 1;
+        u.exec_main_code = ExitKind::Exited;
         u.exec_main_status = 7;
         u.exec_main_exit_us = now_us();
     });
@@ -819,7 +819,7 @@ fn static_pods_get_mirror_pods() {
     env.units.set(
         &podunit::translate::naming::pod_service("default", "local"),
         |u| {
-            *u = UnitProps {
+            *u = UnitState {
                 sub_state: "exited".into(),
                 ..running(now_us())
             }
@@ -1438,7 +1438,7 @@ fn a_pod_whose_config_map_is_missing_waits_and_says_which() {
         (
             "CreateContainerConfigError",
             1,
-            podunit::status::pod::Phase::Pending
+            podunit::status::phase::Phase::Pending
         )
     );
     assert_eq!(
@@ -1496,7 +1496,7 @@ fn container_events_are_posted_as_the_kubelet_posts_them() {
     env.units.set(&app_unit("ev"), |u| {
         u.active_state = "activating".into();
         u.sub_state = "auto-restart".into();
-        u.exec_main_code = 1;
+        u.exec_main_code = ExitKind::Exited;
         u.exec_main_status = 1;
         u.exec_main_exit_us = now_us();
         u.n_restarts = 1;

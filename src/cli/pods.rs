@@ -3,6 +3,7 @@
 
 use crate::common::paths::Paths;
 use crate::localsync::generator_output::{self, GeneratedPod, PodKey};
+use crate::probe::results;
 use crate::status::pod::PodStatus;
 use crate::status::unit::UnitState;
 use crate::status::{self, knownpods, waiting};
@@ -49,7 +50,16 @@ pub fn pod_status(
         .source_path
         .as_deref()
         .and_then(|s| status::pod::source_of(s, paths));
-    let mut st = status::pod::pod_status(pod, &units, source, terminating);
+    let mut obs = status::pod::observe(pod, &units);
+    if let Some(pod_unit) = &pod.pod_unit {
+        let gen_dir = paths.host(generator_output::GENERATOR_DIR);
+        let probes = results::plan_probes(&gen_dir, pod_unit);
+        if !probes.is_empty() {
+            let published = results::Results::load(&paths.host(results::RESULTS_FILE));
+            results::overlay_observed(&mut obs, &probes, &published);
+        }
+    }
+    let mut st = status::pod::pod_status(pod, obs, &units, source, terminating);
     // What pod-prepare found missing, while the pod unit is down because of it.
     let pod_unit = pod.pod_unit.as_ref().and_then(|u| units.get(u));
     if let (Some(uid), Some(u)) = (&pod.uid, pod_unit)
@@ -57,16 +67,6 @@ pub fn pod_status(
         && waiting::applies(rec, &u.active_state, u.exec_main_start_us)
     {
         knownpods::apply_waiting(&mut st, rec);
-    }
-    if let Some(pod_unit) = &pod.pod_unit {
-        let gen_dir = paths.host(generator_output::GENERATOR_DIR);
-        let probes = crate::probe::results::plan_probes(&gen_dir, pod_unit);
-        if !probes.is_empty() {
-            let results = crate::probe::results::Results::load(
-                &paths.host(crate::probe::results::RESULTS_FILE),
-            );
-            crate::probe::results::overlay_status(&mut st, &probes, &results);
-        }
     }
     Ok(st)
 }

@@ -1,11 +1,10 @@
 //! `podunit probe-exec`: runs an exec probe's command inside a container (see
 //! [`crate::probe::exec`]). Started by podunit-sync as a transient unit, never by people.
 
-use clap::Args as ClapArgs;
 use std::process::ExitCode;
 use std::time::Duration;
 
-#[derive(ClapArgs, Debug)]
+#[derive(clap::Args, Debug)]
 pub struct Args {
     /// The container's unit (stage one).
     #[arg(long, required_unless_present = "enter")]

@@ -2,10 +2,11 @@
 use super::pods::{find, find_by, gather, pod_status};
 use crate::common::paths::Paths;
 use crate::common::timefmt;
-use crate::localsync::generator_output::{self as generated, GeneratedPod};
-use crate::status::knownpods;
-use crate::status::pod::{self as status, ContainerState, ContainerStatus, PodStatus};
-use crate::status::waiting;
+use crate::localsync::generator_output::{self, GeneratedPod, PodKey};
+use crate::status::container::State;
+use crate::status::model::ContainerStatus;
+use crate::status::pod::{PodStatus, source_of};
+use crate::status::{knownpods, waiting};
 use crate::systemd::Client;
 use std::process::ExitCode;
 
@@ -38,7 +39,7 @@ pub struct Known {
 
 pub fn known(client: &Client, paths: &Paths) -> Known {
     let mut unreadable = Vec::new();
-    let report = crate::generate::report::read(&paths.host(generated::GENERATOR_DIR))
+    let report = crate::generate::report::read(&paths.host(generator_output::GENERATOR_DIR))
         .unwrap_or_else(|e| {
             unreadable.push(e);
             None
@@ -71,7 +72,7 @@ pub fn unrendered(
         .report
         .iter()
         .flat_map(|r| &r.refused)
-        .map(|r| knownpods::refused(r, status::source_of(&r.file.to_string_lossy(), paths)))
+        .map(|r| knownpods::refused(r, source_of(&r.file.to_string_lossy(), paths)))
         .collect();
     let uids: std::collections::HashSet<&str> = rendered
         .iter()
@@ -154,16 +155,16 @@ pub fn pods_table(pods: &[PodStatus], now: u64) -> String {
     table(&rows)
 }
 
-fn state_text(s: &ContainerState) -> String {
+fn state_text(s: &State) -> String {
     match s {
-        ContainerState::Running { .. } => "Running".into(),
-        ContainerState::Waiting { reason } => format!("Waiting ({reason})"),
-        ContainerState::Terminated {
+        State::Running { .. } => "Running".into(),
+        State::Waiting { reason } => format!("Waiting ({reason})"),
+        State::Terminated {
             reason,
             signal: Some(sig),
             ..
         } => format!("Terminated ({reason}, signal {sig})"),
-        ContainerState::Terminated { reason, .. } => format!("Terminated ({reason})"),
+        State::Terminated { reason, .. } => format!("Terminated ({reason})"),
     }
 }
 
@@ -316,12 +317,8 @@ fn run_inner(args: &Args) -> Result<(), String> {
                 Ok(found) => found,
                 Err(not_found) => {
                     // A pod without units: refused, or held back by the node agent.
-                    let st = find_by(
-                        &others,
-                        |p| generated::PodKey::new(&p.namespace, &p.name),
-                        want,
-                    )
-                    .map_err(|_| not_found)?;
+                    let st = find_by(&others, |p| PodKey::new(&p.namespace, &p.name), want)
+                        .map_err(|_| not_found)?;
                     if args.output == Format::Json {
                         outln!(
                             "{}",
@@ -364,7 +361,6 @@ fn run_inner(args: &Args) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::localsync::generator_output::PodKey;
 
     #[test]
     fn tables_align_like_kubectl() {

@@ -4,10 +4,11 @@
 
 use super::agent::Msg;
 use crate::localsync::generator_output::PodKey;
-use crate::probe::results::{Results, overlay};
+use crate::probe::results::{Results, overlay_observed};
 use crate::probe::spec::pod_probes;
 use crate::status::model::Observed;
 use k8s_openapi::api::core::v1::Pod;
+use std::sync::RwLock;
 use std::sync::mpsc::Sender;
 
 /// What the probe runner tells the agent.
@@ -49,26 +50,12 @@ impl crate::probe::runner::Sink for AgentSink {
     }
 }
 
-/// Applies the probe results to an observed pod (its spec says which containers have probes).
-pub fn overlay_observed(pod: &Pod, obs: &mut Observed, results: &Results) {
-    let Some(spec) = &pod.spec else {
-        return;
-    };
-    let probes = pod_probes(spec);
-    if probes.is_empty() {
-        return;
-    }
-    for c in obs
-        .containers
-        .iter_mut()
-        .chain(obs.init_containers.iter_mut())
-    {
-        overlay(
-            probes.iter().find(|p| p.container == c.name),
-            results.containers.get(&c.unit),
-            &c.state,
-            &mut c.started,
-            &mut c.ready,
-        );
+/// Applies the runner's results to an API pod's status model (its spec says which containers
+/// have probes).
+pub fn overlay_api_pod(pod: &Pod, obs: &mut Observed, results: &RwLock<Results>) {
+    let probes = pod.spec.as_ref().map(pod_probes).unwrap_or_default();
+    if !probes.is_empty() {
+        let results = results.read().unwrap_or_else(|e| e.into_inner());
+        overlay_observed(obs, &probes, &results);
     }
 }

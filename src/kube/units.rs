@@ -5,7 +5,7 @@
 //! without touching the loops.
 
 use crate::kube::hook_events::{self, Runs as HookRuns};
-use crate::status::observe::{self, UnitProps};
+use crate::status::unit::{ExitKind, UnitState};
 use std::collections::{BTreeSet, HashMap};
 use std::process::Command;
 use std::time::Duration;
@@ -14,7 +14,7 @@ pub trait Units: Send + Sync {
     /// `daemon-reload`, then have new pods started (the generator has just rendered them).
     fn reload(&self) -> Result<(), String>;
     /// Properties of the named units (unknown units may be missing or reported inactive).
-    fn props(&self, units: &[String]) -> Result<HashMap<String, UnitProps>, String>;
+    fn props(&self, units: &[String]) -> Result<HashMap<String, UnitState>, String>;
     /// Stops the units (`kill`: SIGKILL them now, the grace period is over).
     fn stop(&self, units: &[String], kill: bool) -> Result<(), String>;
     /// Blocks until systemd reports a unit change or `timeout` passes; true when something changed.
@@ -126,10 +126,10 @@ impl Units for Systemctl {
         run(&["start", "--no-block", "podunit.target"]).map(|_| ())
     }
 
-    fn props(&self, units: &[String]) -> Result<HashMap<String, UnitProps>, String> {
-        let mut args = vec!["show", "--timestamp=unix", "-p", observe::SHOW_PROPERTIES];
+    fn props(&self, units: &[String]) -> Result<HashMap<String, UnitState>, String> {
+        let mut args = vec!["show", "--timestamp=unix", "-p", SHOW_PROPERTIES];
         args.extend(units.iter().map(String::as_str));
-        run(&args).map(|t| observe::parse_show(&t))
+        run(&args).map(|t| parse_show(&t))
     }
 
     fn hook_runs(&self, units: &[String]) -> Result<Vec<(String, HookRuns)>, String> {
@@ -177,6 +177,50 @@ impl Units for Systemctl {
     }
 }
 
+/// Parses `systemctl show --timestamp=unix` output (blocks separated by blank lines, `Id=` first).
+fn parse_show(text: &str) -> HashMap<String, UnitState> {
+    let mut out = HashMap::new();
+    for block in text.split("\n\n") {
+        let mut id = String::new();
+        let mut u = UnitState::default();
+        for line in block.lines() {
+            let Some((k, v)) = line.split_once('=') else {
+                continue;
+            };
+            let ts = || {
+                v.strip_prefix('@')
+                    .and_then(|s| s.parse::<u64>().ok())
+                    .map_or(0, |s| s * 1_000_000)
+            };
+            match k {
+                "Id" => id = v.to_string(),
+                "FragmentPath" => u.fragment_path = v.into(),
+                "InvocationID" => u.invocation_id = v.into(),
+                "LoadState" => u.load_state = v.into(),
+                "ActiveState" => u.active_state = v.into(),
+                "SubState" => u.sub_state = v.into(),
+                "Result" => u.result = v.into(),
+                "NRestarts" => u.n_restarts = v.parse().unwrap_or(0),
+                "ExecMainCode" => u.exec_main_code = ExitKind::from_code(v.parse().unwrap_or(0)),
+                "ExecMainStatus" => u.exec_main_status = v.parse().unwrap_or(0),
+                "ExecMainStartTimestamp" => u.exec_main_start_us = ts(),
+                "ExecMainExitTimestamp" => u.exec_main_exit_us = ts(),
+                "ActiveEnterTimestamp" => u.active_enter_us = ts(),
+                "MainPID" => u.main_pid = v.parse().unwrap_or(0),
+                _ => {}
+            }
+        }
+        if !id.is_empty() {
+            u.name = id.clone();
+            out.insert(id, u);
+        }
+    }
+    out
+}
+
+/// The properties [`parse_show`] reads: every field of [`UnitState`].
+const SHOW_PROPERTIES: &str = "Id,LoadState,FragmentPath,InvocationID,ActiveState,SubState,Result,NRestarts,ExecMainCode,ExecMainStatus,ExecMainStartTimestamp,ExecMainExitTimestamp,ActiveEnterTimestamp,MainPID";
+
 /// The D-Bus edge: systemd's own signals wake the status loop (no polling), properties come from
 /// the unit objects. `daemon-reload` is all a reload needs here: podunit-sync's reconcile loop
 /// starts and stops pods when systemd reports the reload.
@@ -218,39 +262,16 @@ impl Dbus {
     }
 }
 
-/// The unit properties status needs, from the D-Bus client's state.
-pub fn props_from_state(u: &crate::status::unit::UnitState) -> UnitProps {
-    use crate::status::unit::ExitKind;
-    UnitProps {
-        load_state: u.load_state.clone(),
-        active_state: u.active_state.clone(),
-        sub_state: u.sub_state.clone(),
-        result: u.result.clone(),
-        n_restarts: u.n_restarts,
-        exec_main_code: match u.exec_main_code {
-            ExitKind::None => 0,
-            ExitKind::Exited => 1,
-            ExitKind::Killed => 2,
-            ExitKind::Dumped => 3,
-        },
-        exec_main_status: u.exec_main_status,
-        exec_main_start_us: u.exec_main_start_us,
-        exec_main_exit_us: u.exec_main_exit_us,
-        active_enter_us: u.active_enter_us,
-        main_pid: u.main_pid,
-    }
-}
-
 impl Units for Dbus {
     fn reload(&self) -> Result<(), String> {
         self.client.reload().map_err(|e| e.to_string())
     }
 
-    fn props(&self, units: &[String]) -> Result<HashMap<String, UnitProps>, String> {
+    fn props(&self, units: &[String]) -> Result<HashMap<String, UnitState>, String> {
         let mut out = HashMap::new();
         for u in units {
             let st = self.client.unit_state(u).map_err(|e| e.to_string())?;
-            out.insert(u.clone(), props_from_state(&st));
+            out.insert(u.clone(), st);
         }
         Ok(out)
     }
@@ -317,6 +338,22 @@ mod tests {
 
     fn units(names: &[&str]) -> Changes {
         Changes::Units(names.iter().map(|n| n.to_string()).collect())
+    }
+
+    #[test]
+    fn show_output_parses() {
+        let text = "Id=podunit-ns_web_app.service\nLoadState=loaded\nActiveState=failed\nSubState=failed\nResult=exit-code\nNRestarts=4\nExecMainCode=1\nExecMainStatus=3\nExecMainStartTimestamp=@1700000000\nExecMainExitTimestamp=@1700000005\nActiveEnterTimestamp=n/a\nMainPID=0\nFragmentPath=/run/systemd/generator/podunit-ns_web_app.service\nInvocationID=ab01\n\nId=podunit-ns_web.service\nActiveState=active\nSubState=exited\n";
+        let m = parse_show(text);
+        let a = &m["podunit-ns_web_app.service"];
+        assert_eq!(a.n_restarts, 4);
+        assert_eq!(a.exec_main_code, ExitKind::Exited);
+        assert_eq!(a.exec_main_status, 3);
+        assert_eq!(a.name, "podunit-ns_web_app.service");
+        assert_eq!(a.invocation_id, "ab01");
+        assert_eq!(a.exec_main_start_us, 1_700_000_000_000_000);
+        assert_eq!(a.active_enter_us, 0);
+        assert_eq!(m["podunit-ns_web.service"].sub_state, "exited");
+        assert!(!crate::status::observe::all_stopped(m.values()));
     }
 
     #[test]

@@ -1,12 +1,14 @@
 //! Probe results as the rest of podunit reads them. podunit-sync owns the probes; `podunit status`
 //! is another process, so podunit-sync keeps `/run/podunit/probes.json` (root only, replaced
-//! atomically whenever a published result changes), and status overlays it on what the units say.
+//! atomically whenever a published result changes), and status overlays it on the
+//! status model ([`Observed`]) before any projection of it.
 //!
 //! A result belongs to one run of a container (its `ExecMainStartTimestamp`): a result from an
 //! earlier run, or none at all, counts as the kubelet's initial value (not ready, not started).
 
 use super::spec::ContainerProbes;
 use crate::status::container::State;
+use crate::status::model::Observed;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -76,18 +78,14 @@ pub fn overlay(
     *ready &= probed_ready;
 }
 
-/// Applies the results to `podunit status`'s view of a pod: containers' `ready`/`started`, the
-/// READY count and the Ready/ContainersReady conditions.
-pub fn overlay_status(
-    st: &mut crate::status::pod::PodStatus,
-    probes: &[ContainerProbes],
-    results: &Results,
-) {
+/// Applies the results to a pod's status model: its containers' `ready` and `started`, from
+/// which every projection of the model counts READY and sets `Ready` and `ContainersReady`.
+pub fn overlay_observed(obs: &mut Observed, probes: &[ContainerProbes], results: &Results) {
     let find = |name: &str| probes.iter().find(|p| p.container == name);
-    for c in st
-        .container_statuses
+    for c in obs
+        .containers
         .iter_mut()
-        .chain(st.init_container_statuses.iter_mut())
+        .chain(obs.init_containers.iter_mut())
     {
         overlay(
             find(&c.name),
@@ -96,13 +94,6 @@ pub fn overlay_status(
             &mut c.started,
             &mut c.ready,
         );
-    }
-    st.ready_containers = st.container_statuses.iter().filter(|c| c.ready).count();
-    let all = st.total_containers > 0 && st.ready_containers == st.total_containers;
-    for c in &mut st.conditions {
-        if (c.kind == "Ready" || c.kind == "ContainersReady") && !all {
-            c.status = "False";
-        }
     }
 }
 

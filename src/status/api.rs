@@ -12,8 +12,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
-/// A container's state as observed from its unit (µs timestamps since the epoch, 0 = unknown).
-pub use crate::status::container::State;
+use crate::status::container::State;
 use crate::status::model::{self, Observed};
 use crate::status::phase::Phase;
 

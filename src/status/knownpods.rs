@@ -6,7 +6,9 @@ use crate::common::paths::Source;
 use crate::generate::report::{RefusedFile, RefusedPod, Report, one_line};
 use crate::localsync::generator_output::ContainerKind;
 use crate::status::container::State;
-use crate::status::pod::{ContainerStatus, Phase, PodStatus};
+use crate::status::model::ContainerStatus;
+use crate::status::phase::Phase;
+use crate::status::pod::PodStatus;
 use crate::status::waiting::Record;
 
 /// How to see every problem of `file`.
@@ -196,8 +198,6 @@ mod tests {
         }
     }
 
-    use super::not_started as container;
-
     fn creating() -> State {
         State::Waiting {
             reason: "ContainerCreating".into(),
@@ -253,8 +253,8 @@ mod tests {
         );
         st.message = None;
         st.container_statuses = vec![
-            container("a", ContainerKind::App, creating()),
-            container("b", ContainerKind::App, creating()),
+            not_started("a", ContainerKind::App, creating()),
+            not_started("b", ContainerKind::App, creating()),
         ];
         apply_waiting(&mut st, &rec(vec!["b"]));
         assert_eq!(st.display, "CreateContainerConfigError");
@@ -271,7 +271,7 @@ mod tests {
         );
 
         // With an init container waiting too, kubectl's `Init:` form.
-        st.init_container_statuses = vec![container("i", ContainerKind::Init, creating())];
+        st.init_container_statuses = vec![not_started("i", ContainerKind::Init, creating())];
         apply_waiting(&mut st, &rec(vec![]));
         assert_eq!(st.display, "Init:CreateContainerConfigError");
     }

@@ -1,9 +1,11 @@
 //! The status model: a pod's units -> each container's status -> the pod's phase, conditions and
-//! start time, computed once ([`observe`]). Both kinds of pod feed it the same inputs: a local pod
-//! ([`crate::status::pod`]) from the generator's record and systemd's `UnitState`, an API pod
-//! ([`crate::status::observe`]) from its spec and the agent's `UnitProps`. What each program shows
+//! start time, computed once ([`observe`]). Both kinds of pod feed it the same inputs, systemd's
+//! [`crate::status::unit::UnitState`] of each unit: a local pod ([`crate::status::pod`]) with the
+//! generator's record of it, an API pod ([`crate::status::observe`]) with its spec. What each program shows
 //! is a projection of the one [`Observed`]: `podunit status`'s row and JSON ([`crate::status::pod`]),
-//! the PodStatus the cluster agent posts ([`crate::status::api`]).
+//! the PodStatus the cluster agent posts ([`crate::status::api`]). Probe results
+//! ([`crate::probe::results::overlay_observed`]) set its containers' `ready` and `started` before
+//! any projection, so READY and the `Ready` conditions follow from the model alone.
 
 use crate::localsync::generator_output::ContainerKind;
 use crate::status::container::{self, State, UnitFacts};
@@ -158,8 +160,8 @@ pub fn observe(pod: PodUnit, containers: &[ContainerUnit]) -> Observed {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kube::units::props_from_state;
     use crate::localsync::generator_output::{GeneratedContainer, GeneratedPod, PodKey};
+    use crate::probe::results::{ContainerResult, Results, overlay_observed};
     use crate::status::unit::{ExitKind, UnitState};
     use crate::translate::naming;
     use std::collections::HashMap;
@@ -257,12 +259,8 @@ mod tests {
             let (local, api) = both(policy);
             for units in &scenarios {
                 let states = named(units);
-                let props = states
-                    .iter()
-                    .map(|(n, u)| (n.clone(), props_from_state(u)))
-                    .collect();
                 let from_local = crate::status::pod::observe(&local, &states);
-                let from_api = crate::status::observe::observe(&api, &props);
+                let from_api = crate::status::observe::observe(&api, &states);
                 assert_eq!(from_local, from_api, "{policy}: {units:?}");
             }
         }
@@ -273,6 +271,60 @@ mod tests {
             let (local, _) = both(policy);
             let states = named(failed_init);
             assert_eq!(crate::status::pod::observe(&local, &states).phase, phase);
+        }
+    }
+
+    #[test]
+    fn probe_results_reach_every_projection_through_the_model() {
+        let (local, _) = both("Always");
+        let api: k8s_openapi::api::core::v1::Pod = serde_saphyr::from_str(
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: web, namespace: ns}\nspec:\n  initContainers: [{name: side, image: host, restartPolicy: Always}, {name: init, image: host}]\n  containers: [{name: app, image: host, readinessProbe: {exec: {command: [\"true\"]}}}]\n",
+        )
+        .unwrap();
+        let probes = crate::probe::spec::pod_probes(api.spec.as_ref().unwrap());
+        let states = named(&[
+            ("", unit("active", "exited", None)),
+            ("side", unit("active", "running", None)),
+            ("init", unit("active", "exited", Some(0))),
+            ("app", unit("active", "running", None)),
+        ]);
+        let now = k8s_openapi::jiff::Timestamp::from_second(1_700_000_000).unwrap();
+        for ready in [false, true] {
+            let mut results = Results::default();
+            let result = ContainerResult {
+                run_started_us: 10_000_000,
+                started: true,
+                ready,
+            };
+            let app = naming::container_service("ns", "web", "app");
+            results.containers.insert(app, result);
+            let mut from_local = crate::status::pod::observe(&local, &states);
+            overlay_observed(&mut from_local, &probes, &results);
+            let mut from_api = crate::status::observe::observe(&api, &states);
+            overlay_observed(&mut from_api, &probes, &results);
+            assert_eq!(from_local, from_api);
+            let want = if ready { "True" } else { "False" };
+            let row = crate::status::pod::pod_status(&local, from_local, &states, None, false);
+            assert_eq!(row.ready_containers, usize::from(ready));
+            let shown = |kind: &str| {
+                row.conditions
+                    .iter()
+                    .find(|c| c.kind == kind)
+                    .unwrap()
+                    .status
+            };
+            assert_eq!((shown("Ready"), shown("ContainersReady")), (want, want));
+            let node = crate::status::api::NodeAddrs::default();
+            let posted = crate::status::api::build(&api, &from_api, &node, None, now);
+            let cond = |kind: &str| {
+                let c = posted.conditions.iter().flatten().find(|c| c.type_ == kind);
+                c.unwrap().status.clone()
+            };
+            assert_eq!(
+                (cond("Ready"), cond("ContainersReady")),
+                (want.into(), want.into())
+            );
+            assert_eq!(posted.container_statuses.unwrap()[0].ready, ready);
         }
     }
 }

@@ -4,20 +4,13 @@
 
 use crate::common::paths::Source;
 use crate::localsync::generator_output::{ContainerKind, GeneratedContainer, GeneratedPod, PodKey};
-use crate::status::container::ser_time;
-use crate::status::model::{self, ContainerUnit, Observed, PodUnit};
-use crate::status::phase::Restart;
+use crate::status::container::{State, ser_time};
+use crate::status::model::{self, ContainerStatus, ContainerUnit, Observed, PodUnit};
+use crate::status::phase::{Phase, Restart};
 use crate::status::unit::{ListedUnit, UnitState};
 use crate::translate::naming::{self, Parsed};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
-
-/// Kubernetes `ContainerState` (see [`crate::status::container`], which derives it from the unit).
-pub use crate::status::container::State as ContainerState;
-/// One container's status, as the model computes it.
-pub use crate::status::model::ContainerStatus;
-/// The pod's phase (shared with the cluster agent's PodStatus, [`crate::status::phase`]).
-pub use crate::status::phase::Phase;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Condition {
@@ -89,15 +82,16 @@ pub fn observe(pod: &GeneratedPod, units: &HashMap<String, UnitState>) -> Observ
     model::observe(pod_unit, &containers)
 }
 
-/// The whole pod, as `podunit status` shows it: the model's projection to kubectl's columns and
-/// conditions. `units` maps unit names to their states (missing = never loaded).
+/// The whole pod, as `podunit status` shows it: the projection of its model `obs` ([`observe`],
+/// with its probes' results) to kubectl's columns and conditions. `units` maps unit names to their
+/// states (missing = never loaded).
 pub fn pod_status(
     pod: &GeneratedPod,
+    obs: Observed,
     units: &HashMap<String, UnitState>,
     source: Option<Source>,
     terminating: bool,
 ) -> PodStatus {
-    let obs = observe(pod, units);
     let pod_unit = pod.pod_unit.clone().unwrap_or_default();
     let absent = UnitState::absent("");
     let pu = units.get(&pod_unit).unwrap_or(&absent);
@@ -156,10 +150,10 @@ fn display_status(obs: &Observed, terminating: bool) -> String {
             continue;
         }
         return match &s.state {
-            ContainerState::Terminated { reason, .. } if !reason.is_empty() => {
+            State::Terminated { reason, .. } if !reason.is_empty() => {
                 format!("Init:{reason}")
             }
-            ContainerState::Waiting { reason }
+            State::Waiting { reason }
                 if !reason.is_empty()
                     && reason != "PodInitializing"
                     && reason != "ContainerCreating" =>
@@ -172,9 +166,9 @@ fn display_status(obs: &Observed, terminating: bool) -> String {
     let mut has_running = false;
     for s in obs.containers.iter().rev() {
         match &s.state {
-            ContainerState::Waiting { reason: r } if !r.is_empty() => reason = r.clone(),
-            ContainerState::Terminated { reason: r, .. } => reason = r.clone(),
-            ContainerState::Running { .. } if s.ready => has_running = true,
+            State::Waiting { reason: r } if !r.is_empty() => reason = r.clone(),
+            State::Terminated { reason: r, .. } => reason = r.clone(),
+            State::Running { .. } if s.ready => has_running = true,
             _ => {}
         }
     }
@@ -252,6 +246,16 @@ mod tests {
     use crate::status::unit::ExitKind;
 
     const T0: u64 = 1_700_000_000_000_000;
+
+    /// The pod's row from its units alone (no probes).
+    fn status(
+        p: &GeneratedPod,
+        units: &HashMap<String, UnitState>,
+        source: Option<Source>,
+        terminating: bool,
+    ) -> PodStatus {
+        pod_status(p, observe(p, units), units, source, terminating)
+    }
 
     fn c(name: &str, kind: ContainerKind, restart: &str) -> GeneratedContainer {
         GeneratedContainer {
@@ -345,7 +349,7 @@ mod tests {
                 ("side", running_unit()),
             ],
         );
-        let s = pod_status(&p, &m, Some(Source::Etc), false);
+        let s = status(&p, &m, Some(Source::Etc), false);
         assert_eq!(s.phase, Phase::Running);
         assert_eq!(s.display, "Running");
         assert_eq!((s.ready_containers, s.total_containers), (2, 2));
@@ -388,16 +392,16 @@ mod tests {
                 ),
             ],
         );
-        let s = pod_status(&p, &m, None, false);
+        let s = status(&p, &m, None, false);
         assert_eq!(s.display, "Init:1/2");
         assert_eq!(s.phase, Phase::Pending);
         assert!(matches!(
             s.init_container_statuses[1].state,
-            ContainerState::Running { .. }
+            State::Running { .. }
         ));
         assert_eq!(
             s.container_statuses[0].state,
-            ContainerState::Waiting {
+            State::Waiting {
                 reason: "PodInitializing".into()
             }
         );
@@ -408,7 +412,7 @@ mod tests {
                 ("i2", exited(ExitKind::Exited, 3, "failed", "failed")),
             ],
         );
-        let s = pod_status(&p, &m, None, false);
+        let s = status(&p, &m, None, false);
         // The kubelet fails the pod (restartPolicy Never: the init units have `Restart=no`);
         // kubectl still names the init container's termination.
         assert_eq!((s.phase, s.display.as_str()), (Phase::Failed, "Init:Error"));
@@ -435,7 +439,7 @@ mod tests {
     /// A pod whose only container's unit is `u`.
     fn one(p: &GeneratedPod, u: UnitState) -> PodStatus {
         let name = p.containers[0].name.clone();
-        pod_status(p, &units(p, vec![(&name, u)]), None, false)
+        status(p, &units(p, vec![(&name, u)]), None, false)
     }
 
     #[test]
@@ -470,7 +474,7 @@ mod tests {
             c("app", ContainerKind::App, "always"),
         ]);
         let m = units(&p, vec![("proxy", running_unit()), ("app", running_unit())]);
-        let s = pod_status(&p, &m, None, false);
+        let s = status(&p, &m, None, false);
         assert_eq!(s.display, "Running");
         assert_eq!(s.total_containers, 1);
     }
@@ -478,11 +482,11 @@ mod tests {
     #[test]
     fn never_started_pod_is_pending() {
         let p = pod(vec![c("app", ContainerKind::App, "always")]);
-        let s = pod_status(&p, &HashMap::new(), None, false);
+        let s = status(&p, &HashMap::new(), None, false);
         assert_eq!(s.phase, Phase::Pending);
         assert_eq!(s.display, "ContainerCreating");
         assert_eq!(s.start_time, 0);
-        let s = pod_status(&p, &HashMap::new(), None, true);
+        let s = status(&p, &HashMap::new(), None, true);
         assert_eq!(s.display, "Terminating");
     }
 

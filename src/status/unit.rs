@@ -1,5 +1,6 @@
-//! What systemd says about a unit, as plain data. The D-Bus client fills these; reconcile and status
-//! read them, so both stay pure and testable without a bus.
+//! What systemd says about a unit, as plain data. The D-Bus client ([`crate::systemd`]) and the
+//! node agent's `systemctl` edge ([`crate::kube::units`]) fill these; reconcile and status read
+//! them, so both stay pure and testable without a bus.
 
 use crate::status::container::UnitFacts;
 
@@ -70,8 +71,8 @@ impl ExitKind {
     }
 }
 
-/// The properties of one unit (service) that status needs. Timestamps are µs since the epoch,
-/// 0 = never, as systemd reports them.
+/// The properties of one unit (service) that status needs, for local and API pods alike.
+/// Timestamps are µs since the epoch, 0 = never, as systemd reports them.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct UnitState {
     pub name: String,
@@ -86,14 +87,10 @@ pub struct UnitState {
     pub exec_main_start_us: u64,
     pub exec_main_exit_us: u64,
     pub active_enter_us: u64,
-    pub inactive_enter_us: u64,
-    pub state_change_us: u64,
     pub main_pid: u32,
     pub fragment_path: String,
     /// Hex invocation ID of the current (or last) run; empty if none.
     pub invocation_id: String,
-    /// A job is queued (`start`, `stop`, ...), empty if none.
-    pub job: String,
 }
 
 impl UnitState {

@@ -121,19 +121,6 @@ fn hex_bytes(m: &HashMap<String, OwnedValue>, k: &str) -> String {
         .collect()
 }
 
-/// `Job` is `(uo)`: id 0 means no job; its type comes from the job object, which we do not need:
-/// a pending job is reported as its id.
-fn job(m: &HashMap<String, OwnedValue>) -> String {
-    match get(m, "Job") {
-        Some(Value::Structure(s)) => match s.fields().first().map(inner) {
-            Some(Value::U32(0)) | None => String::new(),
-            Some(Value::U32(n)) => n.to_string(),
-            _ => String::new(),
-        },
-        _ => String::new(),
-    }
-}
-
 /// Builds a [`UnitState`] from `GetAll("org.freedesktop.systemd1.Unit")` and, for services,
 /// `GetAll("org.freedesktop.systemd1.Service")` (empty map for other unit types).
 pub fn unit_state(
@@ -153,19 +140,16 @@ pub fn unit_state(
         exec_main_start_us: uint(service, "ExecMainStartTimestamp"),
         exec_main_exit_us: uint(service, "ExecMainExitTimestamp"),
         active_enter_us: uint(unit, "ActiveEnterTimestamp"),
-        inactive_enter_us: uint(unit, "InactiveEnterTimestamp"),
-        state_change_us: uint(unit, "StateChangeTimestamp"),
         main_pid: u32::try_from(uint(service, "MainPID")).unwrap_or(0),
         fragment_path: string(unit, "FragmentPath"),
         invocation_id: hex_bytes(unit, "InvocationID"),
-        job: job(unit),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use zbus::zvariant::{Array, StructureBuilder};
+    use zbus::zvariant::Array;
 
     fn ov(v: Value<'_>) -> OwnedValue {
         OwnedValue::try_from(v).unwrap()
@@ -203,19 +187,6 @@ mod tests {
             "InvocationID".to_string(),
             ov(Value::Array(Array::from(vec![0xabu8, 0x01]))),
         );
-        unit.insert(
-            "Job".to_string(),
-            ov(Value::Structure(
-                StructureBuilder::new()
-                    .add_field(7u32)
-                    .add_field(
-                        zbus::zvariant::ObjectPath::try_from("/org/freedesktop/systemd1/job/7")
-                            .unwrap(),
-                    )
-                    .build()
-                    .unwrap(),
-            )),
-        );
         let mut svc = HashMap::new();
         svc.insert("Result".to_string(), ov(Value::from("signal")));
         svc.insert("NRestarts".to_string(), ov(Value::U32(3)));
@@ -231,7 +202,6 @@ mod tests {
         assert_eq!(s.exec_main_code.exit_code(s.exec_main_status), Some(137));
         assert_eq!(s.active_enter_us, 1_700_000_000_000_000);
         assert_eq!(s.invocation_id, "ab01");
-        assert_eq!(s.job, "7");
         // Missing properties (a unit that is not a service) are zero, not errors.
         let empty = unit_state("y.slice", &unit, &HashMap::new());
         assert_eq!(empty.n_restarts, 0);

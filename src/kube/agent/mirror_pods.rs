@@ -185,7 +185,8 @@ impl Worker {
             let Ok(props) = self.units.props(&units) else {
                 continue;
             };
-            let obs = observe::observe(&m.static_pod, &props);
+            let mut obs = observe::observe(&m.static_pod, &props);
+            crate::kube::probes::overlay_api_pod(&m.static_pod, &mut obs, &self.probes.results);
             let prev = m.posted.clone().or(api.status.clone());
             let st = api::build(&api, &obs, addrs, prev.as_ref(), now());
             if m.posted.as_ref() == Some(&st) {

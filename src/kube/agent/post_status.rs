@@ -8,7 +8,9 @@ use crate::kube::client;
 use crate::kube::compact::Compact;
 use crate::kube::units::Changes;
 use crate::status::api;
-use crate::status::observe::{self, UnitProps};
+use crate::status::container::State;
+use crate::status::observe;
+use crate::status::unit::UnitState;
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use std::collections::HashMap;
 
@@ -168,7 +170,7 @@ impl Worker {
                         .chain(obs.init_containers.iter_mut())
                         .filter(|c| about(&c.name))
                     {
-                        c.state = api::State::Waiting {
+                        c.state = State::Waiting {
                             reason: reason.clone(),
                         };
                     }
@@ -189,7 +191,7 @@ impl Worker {
                 }
                 Phase::Active | Phase::Terminating { .. } => {
                     let units = rec.units.clone();
-                    let props: HashMap<String, UnitProps> = match self.units.props(&units) {
+                    let props: HashMap<String, UnitState> = match self.units.props(&units) {
                         Ok(p) => p,
                         Err(e) => {
                             log(format!("{}/{}: {e}", k.0, k.1));
@@ -198,14 +200,7 @@ impl Worker {
                         }
                     };
                     let mut obs = observe::observe(&pod, &props);
-                    {
-                        let results = self
-                            .probes
-                            .results
-                            .read()
-                            .unwrap_or_else(|e| e.into_inner());
-                        crate::kube::probes::overlay_observed(&pod, &mut obs, &results);
-                    }
+                    crate::kube::probes::overlay_api_pod(&pod, &mut obs, &self.probes.results);
                     let mut st = api::build(&pod, &obs, &addrs, posted.as_ref(), now());
                     // The digest each image resolved to, as containerd reports it.
                     if let Some(rec) = self.pods.get(&k) {
