@@ -384,3 +384,64 @@ fn logs_stats_and_auth_through_a_real_apiserver() {
     assert_eq!(status_of(&m, "/pods", &admin), "200");
     assert_eq!(status_of(&m, "/nosuch", &admin), "404");
 }
+
+fn shell_pod(name: &str) -> String {
+    json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"nodeName": NODE, "terminationGracePeriodSeconds": 2,
+            "securityContext": {"runAsUser": 1234},
+            "containers": [{"name": "main", "image": "host",
+                "env": [{"name": "MARK", "value": "from-the-pod"}],
+                "command": ["/bin/sh", "-c", "exec sleep 100000"]}]}})
+    .to_string()
+}
+
+#[test]
+fn exec_locally_and_through_a_real_apiserver() {
+    let m = Machine::boot("kubelet-exec");
+    let cp = ControlPlane::start(&m, NODE);
+    start_sync(&m);
+    cp.kubectl_ok(&["apply", "-f", "-"], Some(&shell_pod("shell")));
+    wait_state(&m, &ctr_unit("default", "shell", "main"), &["active"]);
+
+    // `podunit exec` on the node: the container's user, environment and mount namespace, the
+    // command's stdout, stderr and exit code.
+    let script = "echo out; echo err >&2; id -u; echo $MARK; exit 3";
+    let out = m.exec(&["podunit", "exec", "shell", "--", "sh", "-c", script]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "err\n",
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "out\n1234\nfrom-the-pod\n"
+    );
+    assert_eq!(out.status.code(), Some(3));
+    let main_mnt = m.sh_ok(&format!(
+        "readlink /proc/$(systemctl show -P MainPID {})/ns/mnt",
+        ctr_unit("default", "shell", "main")
+    ));
+    let exec_mnt = m.sh_ok("podunit exec shell -- readlink /proc/self/ns/mnt");
+    assert_eq!(exec_mnt, main_mnt, "the container's mount namespace");
+    // -i passes stdin; without it the command's stdin is empty.
+    assert_eq!(
+        m.sh_ok("echo piped | podunit exec -i shell -c main -- cat"),
+        "piped\n"
+    );
+    assert_eq!(m.sh_ok("echo piped | podunit exec shell -- cat"), "");
+    let bad = m.sh("podunit exec nosuch -- true");
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("pod nosuch not found"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
+    let bad = m.sh("podunit exec shell -c nope -- true");
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("container nope is not in pod default/shell"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
+}

@@ -8,6 +8,7 @@ mod output;
 pub mod check;
 pub mod cluster;
 pub mod completions;
+pub mod exec;
 pub mod image;
 pub mod logs;
 pub mod pods;
@@ -42,6 +43,8 @@ pub enum Command {
     Image(image::Args),
     /// Show a pod's logs from the journal.
     Logs(logs::Args),
+    /// Run a command inside a running container, as `kubectl exec` does.
+    Exec(exec::Args),
     /// Prepare a pod's volumes and environment (run by the pod's unit).
     #[command(hide = true)]
     PodPrepare(prepare::Args),
@@ -59,6 +62,9 @@ pub enum Command {
     /// Run an exec probe's command inside a container (run by podunit-sync as a transient unit).
     #[command(hide = true)]
     ProbeExec(probe::Args),
+    /// Run a command inside a container for `exec` or the kubelet API (a transient unit).
+    #[command(hide = true)]
+    ExecStage(exec::StageArgs),
     /// Print a shell completion script (the packages install them).
     #[command(hide = true)]
     Completions(completions::Args),
@@ -99,6 +105,8 @@ pub fn main() -> ExitCode {
         Command::Status(a) => status::run(a),
         Command::ProbeExec(a) => probe::run(a),
         Command::Logs(a) => logs::run(a),
+        Command::Exec(a) => exec::run(a),
+        Command::ExecStage(a) => exec::stage(a),
         Command::Image(a) => image::run(a),
         Command::Completions(a) => completions::run(a),
     }
