@@ -135,15 +135,16 @@ bench-images:
 # `RUSTC_BOOTSTRAP=1 make fuzz FUZZ_TOOLCHAIN=` (RUSTC_BOOTSTRAP unlocks nightly flags on stable).
 FUZZ_TIME ?= 60
 FUZZ_TOOLCHAIN ?= +nightly
-# The manifest target starts from the golden fixtures and examples; fuzz/dict/<target>.dict, when
-# there is one, gives libFuzzer the syntax's tokens. -timeout and -rss_limit_mb make a hang or
-# runaway memory a failure.
+# The manifest target starts from the golden fixtures and examples, unpack from the layers that
+# fuzz/seeds/unpack.py writes; fuzz/dict/<target>.dict, when there is one, gives libFuzzer the
+# syntax's tokens. -timeout and -rss_limit_mb make a hang or runaway memory a failure.
 fuzz:
 	command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz --locked
 	mkdir -p fuzz/corpus/manifest
 	for f in tests/golden/*/pods.d/* examples/*.yaml; do \
 	  cp "$$f" "fuzz/corpus/manifest/seed-$$(echo "$$f" | tr / _)"; \
 	done
+	python3 fuzz/seeds/unpack.py fuzz/corpus/unpack
 	set -e; for t in $$($(CARGO) $(FUZZ_TOOLCHAIN) fuzz list); do \
 	  dict=; [ ! -f fuzz/dict/$$t.dict ] || dict=-dict=$(CURDIR)/fuzz/dict/$$t.dict; \
 	  $(CARGO) $(FUZZ_TOOLCHAIN) fuzz run $$t -- -max_total_time=$(FUZZ_TIME) \

@@ -4,6 +4,7 @@
 //! authorizer, RBAC and NodeRestriction deciding what it may do, pods on real systemd.
 //! Needs root, systemd-nspawn and the built kube-apiserver; fails (never skips) without them.
 
+mod image;
 mod support;
 
 use std::time::Duration;
@@ -641,4 +642,280 @@ fn probes_and_kubelet_events_through_a_real_apiserver() {
     ] {
         assert!(described.contains(want), "{want:?} not in\n{described}");
     }
+}
+
+/// A registry (Debian's docker-registry, TLS and htpasswd Basic auth) in the machine's network,
+/// where podunit-sync reaches it on loopback as a node reaches its registry, with busybox built
+/// from busybox-static pushed as `library/busybox` under `tags`. The node mirrors docker.io to
+/// it and trusts its CA. Returns the registry and the image.
+fn registry_in_machine(
+    m: &Machine,
+    tags: &[&str],
+) -> (image::registry::Registry, image::oci::Image) {
+    use image::oci::{self, Comp, Layer};
+    use image::registry::{Certs, Registry};
+    let dir = m.dir().join("registry");
+    let _ = std::fs::remove_dir_all(&dir);
+    let certs = Certs::make(&dir.join("certs"));
+    let img = oci::image(
+        support::registry::host_arch(),
+        &[Layer {
+            tar: oci::busybox_layer(),
+            comp: Comp::Gzip,
+            declared_size: None,
+        }],
+        json!({"Cmd": ["sh"], "Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]}),
+    );
+    let reg = std::thread::scope(|s| {
+        s.spawn(|| {
+            // The registry process inherits this thread's network namespace.
+            join_machine_network(m);
+            let reg = Registry::start(&dir.join("reg"), &certs, None, true);
+            for t in tags {
+                reg.push("library/busybox", t, &img);
+            }
+            reg
+        })
+        .join()
+        .unwrap()
+    });
+    m.write(
+        "/etc/podunit/registry-ca.pem",
+        &std::fs::read(certs.ca()).unwrap(),
+    );
+    (reg, img)
+}
+
+/// A pod running busybox from the registry as `image`, with `secret` as its imagePullSecret.
+fn image_pod(name: &str, image: &str, secret: Option<&str>) -> String {
+    let mut p = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"nodeName": NODE, "terminationGracePeriodSeconds": 2,
+            "containers": [{"name": "main", "image": image,
+                "command": ["sh", "-c", "echo running-in-the-image; exec sleep 100000"]}]}});
+    if let Some(s) = secret {
+        p["spec"]["imagePullSecrets"] = json!([{"name": s}]);
+    }
+    p.to_string()
+}
+
+/// The events about the pod `name`'s container `main`, as (reason, type, message).
+fn container_events(api: &Client, name: &str) -> Vec<(String, String, String)> {
+    let list: k8s_openapi::List<k8s_openapi::api::core::v1::Event> = api
+        .get(&client::path::<k8s_openapi::api::core::v1::Event>(
+            Some("default"),
+            None,
+        ))
+        .unwrap();
+    list.items
+        .into_iter()
+        .filter(|e| {
+            e.involved_object.name.as_deref() == Some(name)
+                && e.involved_object.field_path.as_deref() == Some("spec.containers{main}")
+        })
+        .map(|e| {
+            (
+                e.reason.unwrap_or_default(),
+                e.type_.unwrap_or_default(),
+                e.message.unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+fn said(events: &[(String, String, String)], reason: &str, kind: &str, message: &str) -> bool {
+    events
+        .iter()
+        .any(|(r, t, m)| r == reason && t == kind && m == message)
+}
+
+#[test]
+fn api_pods_pull_their_images_with_image_pull_secrets() {
+    use image::registry::{PASSWORD, USER};
+    let (m, cp) = machine_with_control_plane("pull", Options::default());
+    let (reg, img) = registry_in_machine(&m, &["1.28", "1.29", "latest"]);
+    let host = reg.host.clone();
+    let digest = img.digest();
+    start_sync(
+        &m,
+        &support::registry::node_config(&host, "/etc/podunit/registry-ca.pem"),
+    );
+    // The pull secrets, made by kubectl as a user makes them: dockerconfigjson with the right
+    // password, another with a wrong one, and the legacy dockercfg type.
+    cp.kubectl_ok(
+        &[
+            "create",
+            "secret",
+            "docker-registry",
+            "regcred",
+            "--docker-server",
+            &host,
+            "--docker-username",
+            USER,
+            "--docker-password",
+            PASSWORD,
+        ],
+        None,
+    );
+    cp.kubectl_ok(
+        &[
+            "create",
+            "secret",
+            "docker-registry",
+            "badcred",
+            "--docker-server",
+            &host,
+            "--docker-username",
+            USER,
+            "--docker-password",
+            "not-the-password",
+        ],
+        None,
+    );
+    use base64::Engine;
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let dockercfg = format!(
+        r#"{{"{host}":{{"auth":"{}"}}}}"#,
+        b64(&format!("{USER}:{PASSWORD}"))
+    );
+    cp.kubectl_ok(
+        &["apply", "-f", "-"],
+        Some(
+            &json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/dockercfg",
+                "metadata": {"name": "oldcred", "namespace": "default"},
+                "data": {".dockercfg": b64(&dockercfg)}})
+            .to_string(),
+        ),
+    );
+
+    // IfNotPresent (a tag), not on the node: pulled with the secret, then it runs.
+    cp.kubectl_ok(
+        &["apply", "-f", "-"],
+        Some(&image_pod("pulled", "busybox:1.28", Some("regcred"))),
+    );
+    let image_id = format!("docker.io/library/busybox@{digest}");
+    on_machine_network(&m, &cp, |api| {
+        let p = m.wait_for("the pulled pod Running", SOON, || {
+            let p = pod(api, "pulled")?;
+            (p.status.as_ref()?.phase.as_deref() == Some("Running")).then_some(p)
+        });
+        let st = main_status(&p);
+        assert_eq!(st.image, "busybox:1.28", "image as given");
+        assert_eq!(st.image_id, image_id, "imageID with the resolved digest");
+        assert!(st.state.as_ref().unwrap().running.is_some());
+        let ev = container_events(api, "pulled");
+        assert!(
+            said(&ev, "Pulling", "Normal", "Pulling image \"busybox:1.28\""),
+            "{ev:?}"
+        );
+        assert!(
+            ev.iter().any(|(r, t, msg)| r == "Pulled"
+                && t == "Normal"
+                && msg.starts_with("Successfully pulled image \"busybox:1.28\" in ")),
+            "{ev:?}"
+        );
+    });
+    let unit = ctr_unit("default", "pulled", "main");
+    m.wait_for("the container's output", SOON, || {
+        m.sh_ok(&format!("journalctl --no-pager -o cat -u {unit}"))
+            .contains("running-in-the-image")
+            .then_some(())
+    });
+    let pid = m.prop(&unit, "MainPID");
+    assert!(
+        m.sh(&format!("test -e /proc/{pid}/root/usr/bin/systemctl"))
+            .status
+            .code()
+            == Some(1),
+        "it runs in the image's root, not the host's"
+    );
+    // Nothing of the secret is left on the node in a file others can read, nor in the journal.
+    let leaks = m.sh_ok(&format!(
+        "grep -rl -- '{PASSWORD}' /etc/pods.d /run /var/lib/podunit 2>/dev/null | \
+         xargs -r stat -c '%a %n' | grep -v '^600 ' || true; \
+         journalctl --no-pager -o cat | grep -c -- '{PASSWORD}' || true"
+    ));
+    assert_eq!(leaks.trim(), "0", "the password is in the open: {leaks}");
+
+    // IfNotPresent with the image on the node: no pull, and the kubelet's event says so.
+    cp.kubectl_ok(
+        &["apply", "-f", "-"],
+        Some(&image_pod("present", "busybox:1.28", None)),
+    );
+    // Always (no tag): the tag is resolved again at the registry, with a dockercfg secret.
+    cp.kubectl_ok(
+        &["apply", "-f", "-"],
+        Some(&image_pod("always", "busybox", Some("oldcred"))),
+    );
+    // A wrong password: ErrImagePull with the registry's answer, then ImagePullBackOff.
+    cp.kubectl_ok(
+        &["apply", "-f", "-"],
+        Some(&image_pod("denied", "busybox:1.29", Some("badcred"))),
+    );
+    on_machine_network(&m, &cp, |api| {
+        for name in ["present", "always"] {
+            let p = m.wait_for(&format!("{name} Running"), SOON, || {
+                let p = pod(api, name)?;
+                (p.status.as_ref()?.phase.as_deref() == Some("Running")).then_some(p)
+            });
+            assert_eq!(main_status(&p).image_id, image_id);
+        }
+        let ev = container_events(api, "present");
+        let present = "Container image \"busybox:1.28\" already present on machine";
+        assert!(said(&ev, "Pulled", "Normal", present), "{ev:?}");
+        assert!(!ev.iter().any(|(r, _, _)| r == "Pulling"), "{ev:?}");
+        let ev = container_events(api, "always");
+        assert!(
+            ev.iter().any(|(r, _, _)| r == "Pulling"),
+            "Always pulls: {ev:?}"
+        );
+
+        let waiting = |reason: &str| {
+            m.wait_for(&format!("denied waiting with {reason}"), SOON, || {
+                let p = pod(api, "denied")?;
+                let w = main_status(&p).state.clone()?.waiting?;
+                (w.reason.as_deref() == Some(reason)).then_some((p, w.message))
+            })
+        };
+        let (p, msg) = waiting("ErrImagePull");
+        assert_eq!(p.status.as_ref().unwrap().phase.as_deref(), Some("Pending"));
+        let msg = msg.unwrap();
+        assert!(
+            msg.contains("pull access denied") && msg.contains("UNAUTHORIZED"),
+            "the registry's message: {msg}"
+        );
+        assert!(!msg.contains("not-the-password"), "{msg}");
+        let (_, msg) = waiting("ImagePullBackOff");
+        assert_eq!(
+            msg.as_deref(),
+            Some("Back-off pulling image \"busybox:1.29\"")
+        );
+        let ev = container_events(api, "denied");
+        for (reason, kind, start) in [
+            ("Pulling", "Normal", "Pulling image \"busybox:1.29\""),
+            (
+                "Failed",
+                "Warning",
+                "Failed to pull image \"busybox:1.29\": ",
+            ),
+            ("Failed", "Warning", "Error: ErrImagePull"),
+            (
+                "BackOff",
+                "Normal",
+                "Back-off pulling image \"busybox:1.29\"",
+            ),
+            ("Failed", "Warning", "Error: ImagePullBackOff"),
+        ] {
+            assert!(
+                ev.iter()
+                    .any(|(r, t, msg)| r == reason && t == kind && msg.starts_with(start)),
+                "{reason} {start}: {ev:?}"
+            );
+        }
+    });
+    assert!(
+        !m.sh_ok("ls /var/lib/podunit/spool").contains("denied"),
+        "a pod whose image did not come is not spooled"
+    );
+    drop(reg);
 }

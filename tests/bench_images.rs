@@ -5,11 +5,10 @@
 //! htpasswd, skopeo and GNU tar.
 
 mod image;
+mod support;
 
 use image::oci::{self, Comp, Layer};
 use image::registry::{Certs, PASSWORD, Registry, USER};
-use podunit::image::auth::Keyring;
-use podunit::image::pull::Puller;
 use podunit::image::registries::Registries;
 use podunit::image::registry::Client;
 use podunit::image::unpack::Unpacker;
@@ -122,26 +121,13 @@ fn main() {
         ca: [(reg.host.clone(), certs.ca())].into(),
         ..Default::default()
     };
-    let keyring = Keyring::parse_config_json(
-        format!(
-            r#"{{"auths":{{"{}":{{"username":"{USER}","password":"{PASSWORD}"}}}}}}"#,
-            reg.host
-        )
-        .as_bytes(),
-    )
-    .unwrap();
+    let keyring = support::registry::keyring(&reg.host, USER, PASSWORD);
     let r = Reference::parse(&format!("{}/bench/big:1", reg.host)).unwrap();
     let mut ours = Vec::new();
     for _ in 0..RUNS {
         let store = Store::open(fresh(&dir.join("store")));
         let client = Client::new(settings.clone(), keyring.clone());
-        let p = Puller {
-            store: &store,
-            client: &client,
-            platform: podunit::image::platform::host(),
-            allowed_registries: None,
-            progress: None,
-        };
+        let p = support::registry::puller(&store, &client);
         let t = Instant::now();
         p.pull(&r).expect("pull");
         ours.push(t.elapsed());

@@ -1242,7 +1242,7 @@ fn config_map_and_secret_updates_reach_the_spool_and_running_volumes() {
 }
 
 #[test]
-fn a_pod_whose_image_is_not_on_the_node_waits_with_err_image_never_pull() {
+fn a_pod_whose_image_is_not_on_the_node_and_may_not_be_pulled_waits_with_err_image_never_pull() {
     let env = start_timed(
         "image",
         Policy::default(),
@@ -1256,7 +1256,7 @@ fn a_pod_whose_image_is_not_on_the_node_waits_with_err_image_never_pull() {
     env.create_pod(
         "noimg",
         json!({"nodeName": NODE, "containers": [
-            {"name": "app", "image": image, "command": ["/app"]},
+            {"name": "app", "image": image, "imagePullPolicy": "Never", "command": ["/app"]},
             {"name": "side", "image": "host", "command": ["/bin/sleep", "1000"]}]}),
     );
     let st = wait_for("the waiting reason", || {
@@ -1279,11 +1279,9 @@ fn a_pod_whose_image_is_not_on_the_node_waits_with_err_image_never_pull() {
         .message
         .clone()
         .unwrap();
-    assert!(
-        msg.contains(&format!(
-            "Container image \"{image}\" is not present with pull policy of Never"
-        )) && msg.contains("/var/lib/podunit/images/registry.example/app/1.0"),
-        "{msg}"
+    assert_eq!(
+        msg,
+        format!("Container image \"{image}\" is not present with pull policy of Never")
     );
     let side = cs.iter().find(|c| c.name == "side").unwrap();
     assert_ne!(
@@ -1332,6 +1330,60 @@ fn a_pod_whose_image_is_not_on_the_node_waits_with_err_image_never_pull() {
     )
     .unwrap();
     env.runs_once_held_no_more("noimg");
+}
+
+/// A pull that fails: the registry (a closed port here) answers nothing. The kubelet's
+/// `ErrImagePull` with the message, then `ImagePullBackOff`, and its Events; nothing runs. (Pulls
+/// that work, with pull secrets, are tested against a real registry and API server in
+/// tests/apiserver_e2e.rs.)
+#[test]
+fn a_failed_pull_is_err_image_pull_then_image_pull_back_off() {
+    let env = start("pullfail", Policy::default(), |c| c);
+    let image = "127.0.0.1:1/app:1.0";
+    env.create_pod(
+        "pullfail",
+        json!({"nodeName": NODE, "containers": [{"name": "app", "image": image}]}),
+    );
+    let waiting = |reason: &str| {
+        wait_for(reason, || {
+            let st = env.get_pod("pullfail")?.status?;
+            let w = st.container_statuses?[0].state.clone()?.waiting?;
+            (w.reason.as_deref() == Some(reason)).then_some((st.phase, w.message))
+        })
+    };
+    let (phase, msg) = waiting("ErrImagePull");
+    assert_eq!(phase.as_deref(), Some("Pending"));
+    let msg = msg.unwrap();
+    assert!(msg.contains("127.0.0.1:1"), "the registry's error: {msg}");
+    let (_, msg) = waiting("ImagePullBackOff");
+    assert_eq!(
+        msg.as_deref(),
+        Some(format!("Back-off pulling image \"{image}\"").as_str())
+    );
+    assert!(!env.spool_file("pullfail").exists(), "nothing of it runs");
+    let events: k8s_openapi::List<Event> = env
+        .admin
+        .get(&client::path::<Event>(Some("default"), None))
+        .unwrap();
+    let said = |reason: &str, text: &str| {
+        events.items.iter().any(|e| {
+            e.reason.as_deref() == Some(reason)
+                && e.involved_object.name.as_deref() == Some("pullfail")
+                && e.involved_object.field_path.as_deref() == Some("spec.containers{app}")
+                && e.message.as_deref().is_some_and(|m| m.starts_with(text))
+        })
+    };
+    assert!(said("Pulling", &format!("Pulling image \"{image}\"")));
+    assert!(said(
+        "Failed",
+        &format!("Failed to pull image \"{image}\": ")
+    ));
+    assert!(said("Failed", "Error: ErrImagePull"));
+    assert!(said(
+        "BackOff",
+        &format!("Back-off pulling image \"{image}\"")
+    ));
+    assert!(said("Failed", "Error: ImagePullBackOff"));
 }
 
 /// The cluster-mode half of "a pod waiting on something is in `podunit status`": a ConfigMap the

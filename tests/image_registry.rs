@@ -5,6 +5,7 @@
 //! (apache2-utils) and openssl: `.ci/run` installs them.
 
 mod image;
+mod support;
 
 use image::oci::{self, Comp, Layer, TarBuilder};
 use image::registry::{Certs, PASSWORD, Registry, USER};
@@ -16,6 +17,7 @@ use podunit::image::registry::Client;
 use podunit::image::{Reference, Store};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use support::registry::{self, host_arch};
 
 struct Env {
     dir: PathBuf,
@@ -39,23 +41,11 @@ impl Env {
 
     /// docker.io and registry.k8s.io served by the local registry (a plain mirror), its CA trusted.
     fn settings(&self) -> Registries {
-        Registries {
-            mirrors: [
-                ("docker.io".to_string(), vec![self.reg.host.clone()]),
-                ("registry.k8s.io".to_string(), vec![self.reg.host.clone()]),
-            ]
-            .into(),
-            ca: [(self.reg.host.clone(), self.certs.ca())].into(),
-            ..Default::default()
-        }
+        registry::settings(&self.reg.host, &self.certs.ca())
     }
 
     fn keyring(&self, password: &str) -> Keyring {
-        let json = format!(
-            r#"{{"auths":{{"{}":{{"username":"{USER}","password":"{password}"}}}}}}"#,
-            self.reg.host
-        );
-        Keyring::parse_config_json(json.as_bytes()).unwrap()
+        registry::keyring(&self.reg.host, USER, password)
     }
 
     fn pull_with(
@@ -64,14 +54,7 @@ impl Env {
         client: &Client,
         r: &str,
     ) -> Result<podunit::image::ResolvedImage, podunit::image::error::PullError> {
-        let p = Puller {
-            store,
-            client,
-            platform: podunit::image::platform::host(),
-            allowed_registries: None,
-            progress: None,
-        };
-        p.pull(&Reference::parse(r).unwrap())
+        registry::pull(store, client, r)
     }
 
     fn pull(
@@ -106,14 +89,6 @@ fn busybox() -> oci::Image {
         }],
         serde_json::json!({"Cmd": ["sh"], "Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]}),
     )
-}
-
-fn host_arch() -> &'static str {
-    match std::env::consts::ARCH {
-        "x86_64" => "amd64",
-        "aarch64" => "arm64",
-        a => panic!("test images are built for amd64 and arm64, not {a}"),
-    }
 }
 
 #[test]
@@ -162,11 +137,8 @@ fn pulls_public_names_over_tls_with_basic_auth() {
     let report = |p: &Progress| events.lock().unwrap().push(p.clone());
     let client = Client::new(env.settings(), env.keyring(PASSWORD));
     let p = Puller {
-        store: &s,
-        client: &client,
-        platform: podunit::image::platform::host(),
-        allowed_registries: None,
         progress: Some(&report),
+        ..registry::puller(&s, &client)
     };
     let k8s = p
         .pull(&Reference::parse("registry.k8s.io/busybox").unwrap())
@@ -190,11 +162,8 @@ fn pulls_public_names_over_tls_with_basic_auth() {
     // The policy's registries.
     let only = vec!["quay.io".to_string()];
     let p = Puller {
-        store: &s,
-        client: &client,
-        platform: podunit::image::platform::host(),
         allowed_registries: Some(&only),
-        progress: None,
+        ..registry::puller(&s, &client)
     };
     let e = p
         .pull(&Reference::parse("busybox:1.28").unwrap())

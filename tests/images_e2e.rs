@@ -13,14 +13,12 @@ mod support;
 
 use image::oci::{self, Comp, Layer, TarBuilder};
 use image::registry::{Certs, PASSWORD, Registry, USER};
-use podunit::image::auth::Keyring;
-use podunit::image::pull::Puller;
-use podunit::image::registries::Registries;
+use podunit::image::Store;
 use podunit::image::registry::Client;
-use podunit::image::{Reference, Store};
 use std::path::PathBuf;
 use support::nspawn::Machine;
 use support::pods::{SOON, ctr_unit, start_pods, wait_state};
+use support::registry::{self, host_arch};
 
 /// The corpus's `pods/` directory: `PODUNIT_K8S_EXAMPLES` as for tests/k8s_examples.rs, else
 /// where it is kept beside the repository.
@@ -111,14 +109,6 @@ fn shell_image() -> oci::Image {
     )
 }
 
-fn host_arch() -> &'static str {
-    match std::env::consts::ARCH {
-        "x86_64" => "amd64",
-        "aarch64" => "arm64",
-        a => panic!("test images are built for amd64 and arm64, not {a}"),
-    }
-}
-
 /// A registry with the corpus's images under their public names, and a way to pull them into a
 /// machine's store.
 struct Images {
@@ -151,35 +141,14 @@ impl Images {
     /// Pulls `reference` into the machine's image store, as `podunit image pull` does; docker.io
     /// and registry.k8s.io are mirrored by the local registry.
     fn pull_into(&self, m: &Machine, reference: &str) -> String {
-        let settings = Registries {
-            mirrors: [
-                ("docker.io".to_string(), vec![self.reg.host.clone()]),
-                ("registry.k8s.io".to_string(), vec![self.reg.host.clone()]),
-            ]
-            .into(),
-            ca: [(self.reg.host.clone(), self.certs.ca())].into(),
-            ..Default::default()
-        };
-        let json = format!(
-            r#"{{"auths":{{"{}":{{"username":"{USER}","password":"{PASSWORD}"}}}}}}"#,
-            self.reg.host
-        );
         let client = Client::new(
-            settings,
-            Keyring::parse_config_json(json.as_bytes()).unwrap(),
+            registry::settings(&self.reg.host, &self.certs.ca()),
+            registry::keyring(&self.reg.host, USER, PASSWORD),
         );
         let store = Store::open(m.dir().join("root/var/lib/podunit/store"));
-        let p = Puller {
-            store: &store,
-            client: &client,
-            platform: podunit::image::platform::host(),
-            allowed_registries: None,
-            progress: None,
-        };
-        let got = p
-            .pull(&Reference::parse(reference).unwrap())
-            .unwrap_or_else(|e| panic!("pull {reference}: {e}"));
-        got.image_id()
+        registry::pull(&store, &client, reference)
+            .unwrap_or_else(|e| panic!("pull {reference}: {e}"))
+            .image_id()
     }
 }
 

@@ -3,6 +3,7 @@
 
 mod support;
 
+use std::time::Duration;
 use support::nspawn::Machine;
 use support::pods::{
     Probe, SOON, ctr_unit, failed_podunit_units, known_units, pod_unit, start_sync, wait_state,
@@ -426,17 +427,26 @@ fn removal_survives_killing_sync_during_the_grace_period() {
     });
     kill_sync(&m);
     kill_sync(&m);
-    m.wait_for("stubborn's units to be gone", SOON, || {
-        known_units(&m, NS, "stubborn").is_empty().then_some(())
+    m.wait_for("podunit-sync to SIGKILL stubborn", SOON, || {
+        let journal = m.sh_ok("journalctl -b --no-pager -o cat");
+        (journal.contains(&format!("podunit-sync: {unit}: grace period over, SIGKILL"))
+            && journal.contains(&format!(
+                "{unit}: Main process exited, code=killed, status=9/KILL"
+            )))
+        .then_some(())
     });
+    // With its processes gone, systemd in a container on a cgroup v1 host can miss the cgroup's
+    // "empty" event and keep the unit in final-sigterm until DefaultTimeoutStopSec= (90 s): the
+    // harness's limit, not podunit-sync's, so that wait is allowed for here.
+    m.wait_for(
+        "stubborn's units to be gone",
+        SOON + Duration::from_secs(90),
+        || known_units(&m, NS, "stubborn").is_empty().then_some(()),
+    );
     let journal = m.sh_ok("journalctl -b --no-pager -o cat");
     assert!(
-        journal.contains(&format!("podunit-sync: {unit}: grace period over, SIGKILL")),
-        "podunit-sync ended the grace period:\n{journal}"
-    );
-    assert!(
-        !journal.contains("timed out. Killing"),
-        "systemd's own stop timeout must not be what ended it:\n{journal}"
+        !journal.contains("State 'stop-sigterm' timed out. Killing"),
+        "systemd's own stop timeout must not be what ended the grace period:\n{journal}"
     );
     m.wait_for("the pod's directories to be removed", SOON, || {
         pod_dirs(&m).is_empty().then_some(())
@@ -686,7 +696,7 @@ fn reload_storm_leaves_no_false_errors_in_the_journal() {
         if dirs.len() == 4 {
             break;
         }
-        std::thread::sleep(std::time::Duration::from_secs(1));
+        std::thread::sleep(Duration::from_secs(1));
         dirs = pod_dirs(&m);
     }
     assert_eq!(

@@ -1,7 +1,9 @@
 //! Registry credentials: the node's credentials file and the pods' `imagePullSecrets`, both in the
 //! `config.json`/`auth.json` format (`kubernetes.io/dockerconfigjson`) or the older `.dockercfg`
-//! one; matched against an image as the kubelet does (host, optional path prefix, `*.` wildcard;
-//! the most specific key first).
+//! one; matched against an image as the kubelet's credentialprovider keyring does: the same
+//! number of host labels, each matched as a glob (`*.example.com`, `reg.*.io`), the same port, the
+//! key's path a prefix of the repository's; keys tried in reverse lexical order (longer, then
+//! non-wildcard keys first), a pod's secrets before the node's file.
 
 use super::reference::Reference;
 use base64::Engine;
@@ -27,12 +29,20 @@ impl fmt::Debug for Credential {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Keyring {
     entries: Vec<(Key, Credential)>,
+    /// Tried after all of this keyring's matches (the kubelet's union keyring: a pod's secrets,
+    /// then the node's credentials).
+    fallback: Option<Box<Keyring>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Key {
-    host: String,
+    /// Host labels without the port, lower case (globs allowed).
+    labels: Vec<String>,
+    port: String,
+    /// Empty, or starting with `/`.
     path: String,
+    /// `host[:port]path`: the kubelet's index string, which orders the keys.
+    text: String,
 }
 
 #[derive(Deserialize)]
@@ -140,16 +150,33 @@ impl Keyring {
             };
             entries.push((parse_key(&k), cred));
         }
-        Ok(Keyring { entries })
+        Ok(Keyring {
+            entries,
+            fallback: None,
+        })
     }
 
-    /// Adds `other`'s entries after this one's (earlier keyrings win ties).
+    /// Adds `other`'s entries to this one's, as the kubelet merges all of a pod's pull secrets
+    /// into one keyring (earlier entries win ties).
     pub fn extend(&mut self, other: Keyring) {
         self.entries.extend(other.entries);
     }
 
+    /// This keyring, then `other` for whatever this one's matches do not settle (the kubelet's
+    /// union of a pod's secrets and the node's credentials).
+    pub fn then(mut self, other: Keyring) -> Keyring {
+        match &mut self.fallback {
+            Some(f) => {
+                let f = std::mem::take(f.as_mut());
+                self.fallback = Some(Box::new(f.then(other)));
+            }
+            None => self.fallback = Some(Box::new(other)),
+        }
+        self
+    }
+
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.entries.is_empty() && self.fallback.as_ref().is_none_or(|f| f.is_empty())
     }
 
     /// Credentials for `r`, most specific key first (the kubelet tries each in turn).
@@ -159,15 +186,36 @@ impl Keyring {
 
     /// Credentials for `repository` at `host` (a registry or one of its mirrors).
     pub fn lookup_host(&self, host: &str, repository: &str) -> Vec<&Credential> {
-        let mut hits: Vec<(usize, usize, &Credential)> = self
+        let (name, port) = split_port(host);
+        let labels: Vec<String> = name.split('.').map(str::to_ascii_lowercase).collect();
+        let path = format!("/{repository}");
+        let mut hits: Vec<(&str, usize, &Credential)> = self
             .entries
             .iter()
             .enumerate()
-            .filter(|(_, (k, _))| host_matches(&k.host, host) && path_matches(&k.path, repository))
-            .map(|(i, (k, c))| (k.path.len() + k.host.len(), i, c))
+            .filter(|(_, (k, _))| k.matches(&labels, port, &path))
+            .map(|(i, (k, c))| (k.text.as_str(), i, c))
             .collect();
-        hits.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-        hits.into_iter().map(|(_, _, c)| c).collect()
+        // The kubelet's index is reverse-sorted: `reg/team` before `reg`, `reg` before `*.reg`.
+        hits.sort_by(|a, b| b.0.cmp(a.0).then(a.1.cmp(&b.1)));
+        let mut found: Vec<&Credential> = hits.into_iter().map(|(_, _, c)| c).collect();
+        if let Some(f) = &self.fallback {
+            found.extend(f.lookup_host(host, repository));
+        }
+        found
+    }
+}
+
+impl Key {
+    fn matches(&self, labels: &[String], port: &str, path: &str) -> bool {
+        self.port == port
+            && self.labels.len() == labels.len()
+            && self
+                .labels
+                .iter()
+                .zip(labels)
+                .all(|(g, l)| glob_matches(g.as_bytes(), l.as_bytes()))
+            && path.starts_with(&self.path)
     }
 }
 
@@ -177,34 +225,48 @@ fn parse_key(k: &str) -> Key {
         .strip_prefix("https://")
         .or_else(|| k.strip_prefix("http://"))
         .unwrap_or(k);
-    let (host, path) = k.split_once('/').unwrap_or((k, ""));
-    let mut path = path.trim_end_matches('/');
-    // `https://index.docker.io/v1/` and friends name the registry, not a repository.
-    if matches!(path, "v1" | "v2") {
-        path = "";
-    }
-    let host = match host {
-        "index.docker.io" | "registry-1.docker.io" => "docker.io",
-        h => h,
+    let (host, path) = match k.find('/') {
+        Some(i) => (&k[..i], &k[i..]),
+        None => (k, ""),
     };
+    // `https://index.docker.io/v1/` and friends name the registry, not a repository.
+    let path = path
+        .strip_prefix("/v1")
+        .or_else(|| path.strip_prefix("/v2"))
+        .filter(|p| p.starts_with('/'))
+        .unwrap_or(path);
+    let path = if path == "/" { "" } else { path };
+    let host = host.to_ascii_lowercase();
+    // podunit names Docker Hub `docker.io`, whatever the key calls it.
+    let host = match host.as_str() {
+        "index.docker.io" | "registry-1.docker.io" => "docker.io".to_string(),
+        _ => host,
+    };
+    let (name, port) = split_port(&host);
     Key {
-        host: host.to_ascii_lowercase(),
+        labels: name.split('.').map(str::to_string).collect(),
+        port: port.to_string(),
         path: path.to_string(),
+        text: format!("{host}{path}"),
     }
 }
 
-fn host_matches(pattern: &str, host: &str) -> bool {
-    match pattern.strip_prefix("*.") {
-        // Kubelet: `*` matches one label only.
-        Some(suffix) => host
-            .split_once('.')
-            .is_some_and(|(first, rest)| !first.is_empty() && rest == suffix),
-        None => pattern == host,
+fn split_port(host: &str) -> (&str, &str) {
+    match host.rsplit_once(':') {
+        Some((h, p)) if !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) => (h, p),
+        _ => (host, ""),
     }
 }
 
-fn path_matches(prefix: &str, repo: &str) -> bool {
-    prefix.is_empty() || repo == prefix || repo.starts_with(&format!("{prefix}/"))
+/// One host label against a glob label, as Go's `filepath.Match` does for them: `*` any run of
+/// characters, `?` one.
+fn glob_matches(glob: &[u8], s: &[u8]) -> bool {
+    match glob.split_first() {
+        None => s.is_empty(),
+        Some((b'*', rest)) => (0..=s.len()).any(|i| glob_matches(rest, &s[i..])),
+        Some((b'?', rest)) => !s.is_empty() && glob_matches(rest, &s[1..]),
+        Some((c, rest)) => s.first() == Some(c) && glob_matches(rest, &s[1..]),
+    }
 }
 
 #[cfg(test)]
@@ -232,7 +294,11 @@ mod tests {
         };
         assert_eq!(users("busybox"), ["hub"]);
         assert_eq!(users("reg.example:5000/team/app"), ["t", "any"]);
-        assert_eq!(users("reg.example:5000/teamx/app"), ["any"]);
+        // The kubelet compares paths as strings: `/team` is a prefix of `/teamx/app`.
+        assert_eq!(users("reg.example:5000/teamx/app"), ["t", "any"]);
+        assert_eq!(users("reg.example:5000/other"), ["any"]);
+        // The port must be the same: a key without one does not match a registry with one.
+        assert!(users("reg.example/team/app").is_empty());
         assert_eq!(users("a.corp.example/x"), ["w"]);
         assert!(users("a.b.corp.example/x").is_empty());
         assert!(users("quay.io/x").is_empty());
@@ -240,6 +306,31 @@ mod tests {
             !format!("{k:?}").contains("hp"),
             "no password in Debug output"
         );
+    }
+
+    #[test]
+    fn globs_per_label_and_pod_secrets_before_the_node() {
+        let pod = Keyring::parse_config_json(
+            br#"{"auths":{"reg.*.io":{"username":"g","password":"1"},"reg.eu.io":{"username":"e","password":"2"},"app?.k8s.io":{"username":"q","password":"3"}}}"#,
+        )
+        .unwrap();
+        let node = Keyring::parse_config_json(
+            br#"{"auths":{"reg.eu.io":{"username":"n","password":"4"}}}"#,
+        )
+        .unwrap();
+        let k = pod.then(node);
+        let users = |r: &str| -> Vec<String> {
+            k.lookup(&Reference::parse(r).unwrap())
+                .iter()
+                .map(|c| c.username.clone())
+                .collect()
+        };
+        // Reverse lexical order: `reg.eu.io` before `reg.*.io`; then the node's.
+        assert_eq!(users("reg.eu.io/a"), ["e", "g", "n"]);
+        assert_eq!(users("reg.us.io/a"), ["g"]);
+        assert_eq!(users("app1.k8s.io/a"), ["q"]);
+        assert!(users("app12.k8s.io/a").is_empty());
+        assert!(!k.is_empty());
     }
 
     #[test]

@@ -20,6 +20,8 @@ pub mod error;
 #[cfg(feature = "cli")]
 pub mod pull;
 #[cfg(feature = "cli")]
+pub mod queue;
+#[cfg(feature = "cli")]
 pub mod registry;
 #[cfg(feature = "unpack")]
 pub mod unpack;

@@ -51,6 +51,14 @@ pub struct NodePull {
 
 impl NodePull {
     pub fn load(paths: &crate::common::paths::Paths) -> Result<NodePull, String> {
+        NodePull::load_with(paths, crate::image::auth::Keyring::default())
+    }
+
+    /// As [`Self::load`], with `first` (a pod's pull secrets) tried before the node's credentials.
+    pub fn load_with(
+        paths: &crate::common::paths::Paths,
+        first: crate::image::auth::Keyring,
+    ) -> Result<NodePull, String> {
         let config = crate::common::config::Config::load(&paths.config_file())
             .map_err(|e| e.to_string())?
             .config;
@@ -67,7 +75,7 @@ impl NodePull {
         )?;
         Ok(NodePull {
             allowed_registries: config.effective_policy().registries,
-            client: Client::new(config.registries.clone(), keyring),
+            client: Client::new(config.registries.clone(), first.then(keyring)),
         })
     }
 }

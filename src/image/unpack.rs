@@ -2,7 +2,8 @@
 //!
 //! Layer content is hostile. No entry may create, change or read anything outside the layer:
 //! every directory is opened with `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
-//! RESOLVE_NO_MAGICLINKS)` from the layer's root, and every change is made relative to that
+//! RESOLVE_NO_MAGICLINKS)` from the layer's root (where `openat2` is missing, one component at
+//! a time with `O_NOFOLLOW | O_DIRECTORY`, which refuses the same paths), and every change is made relative to that
 //! descriptor with a single final name (`mkdirat`, `openat(O_NOFOLLOW|O_EXCL)`, `symlinkat`,
 //! `linkat`, `mknodat`). So `..`, absolute paths, and paths through a symlink (whatever it points
 //! to) cannot leave the layer; a path through a symlink is refused outright (a tar made from a real
@@ -97,6 +98,40 @@ fn resolve_flags() -> ResolveFlags {
 
 fn dir_flags() -> OFlags {
     OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW
+}
+
+/// Set once `openat2` answered ENOSYS: a kernel before 5.6, or a seccomp filter that does not
+/// know it (systemd-nspawn's, older container runtimes').
+static NO_OPENAT2: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Opens the directory `path` below `dir`, never through a symlink or out of `dir`: `openat2`
+/// with [`resolve_flags`], or where it is missing the same walk done by hand.
+fn open_dir_beneath(dir: &OwnedFd, path: &str) -> Result<OwnedFd, Errno> {
+    use std::sync::atomic::Ordering;
+    if !NO_OPENAT2.load(Ordering::Relaxed) {
+        match rfs::openat2(dir, path, dir_flags(), Mode::empty(), resolve_flags()) {
+            Err(Errno::NOSYS) => NO_OPENAT2.store(true, Ordering::Relaxed),
+            r => return r,
+        }
+    }
+    walk_dir_beneath(dir, path)
+}
+
+/// One component at a time, each opened with `O_NOFOLLOW | O_DIRECTORY` from the one before:
+/// a symlink anywhere is ELOOP or ENOTDIR, and `..` (or an absolute path) is refused as
+/// `RESOLVE_BENEATH` refuses it, with EXDEV.
+fn walk_dir_beneath(dir: &OwnedFd, path: &str) -> Result<OwnedFd, Errno> {
+    if path.starts_with('/') {
+        return Err(Errno::XDEV);
+    }
+    let mut cur = rustix::io::dup(dir)?;
+    for c in path.split('/').filter(|c| !c.is_empty() && *c != ".") {
+        if c == ".." {
+            return Err(Errno::XDEV);
+        }
+        cur = rfs::openat(&cur, c, dir_flags(), Mode::empty())?;
+    }
+    Ok(cur)
 }
 
 /// Applies layers to directories.
@@ -213,7 +248,7 @@ impl Unpacker {
                     rfs::mkdirat(&parent, *last, Mode::from_raw_mode(0o700))
                         .map_err(|e| os(name, "creating the directory", e))?;
                 }
-                let fd = rfs::openat2(&parent, *last, dir_flags(), Mode::empty(), resolve_flags())
+                let fd = open_dir_beneath(&parent, last)
                     .map_err(|e| os(name, "opening the directory", e))?;
                 self.set_meta(&fd, &meta, name, true)?;
                 self.dir_times.push((comps.join("/"), meta.mtime));
@@ -314,13 +349,7 @@ impl Unpacker {
         let fd = if dirs.is_empty() {
             rustix::io::dup(&self.root).map_err(|e| os(name, "dup", e))?
         } else {
-            match rfs::openat2(
-                &self.root,
-                key.as_str(),
-                dir_flags(),
-                Mode::empty(),
-                resolve_flags(),
-            ) {
+            match open_dir_beneath(&self.root, key.as_str()) {
                 Ok(fd) => fd,
                 Err(Errno::NOENT) => self.make_dirs(dirs, name)?,
                 Err(e) => return Err(escape_error(name, e)),
@@ -338,8 +367,7 @@ impl Unpacker {
                 Ok(()) | Err(Errno::EXIST) => {}
                 Err(e) => return Err(os(name, "creating a parent directory", e)),
             }
-            cur = rfs::openat2(&cur, *d, dir_flags(), Mode::empty(), resolve_flags())
-                .map_err(|e| escape_error(name, e))?;
+            cur = open_dir_beneath(&cur, d).map_err(|e| escape_error(name, e))?;
         }
         Ok(cur)
     }
@@ -348,14 +376,7 @@ impl Unpacker {
         if dirs.is_empty() {
             return rustix::io::dup(&self.root).map_err(|e| e.to_string());
         }
-        rfs::openat2(
-            &self.root,
-            dirs.join("/").as_str(),
-            dir_flags(),
-            Mode::empty(),
-            resolve_flags(),
-        )
-        .map_err(|e| match e {
+        open_dir_beneath(&self.root, dirs.join("/").as_str()).map_err(|e| match e {
             Errno::LOOP | Errno::XDEV | Errno::NOTDIR => {
                 "its path goes through a symlink or a non-directory".to_string()
             }
@@ -389,14 +410,8 @@ impl Unpacker {
     fn finish_dir_times(&mut self) -> Result<(), UnpackError> {
         self.last_parent = None;
         for (rel, mtime) in std::mem::take(&mut self.dir_times) {
-            let fd = rfs::openat2(
-                &self.root,
-                rel.as_str(),
-                dir_flags(),
-                Mode::empty(),
-                resolve_flags(),
-            )
-            .map_err(|e| os(&rel, "opening the directory", e))?;
+            let fd = open_dir_beneath(&self.root, rel.as_str())
+                .map_err(|e| os(&rel, "opening the directory", e))?;
             let t = Meta::times_of(mtime);
             rfs::futimens(&fd, &t).map_err(|e| os(&rel, "setting the time", e))?;
         }

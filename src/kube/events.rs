@@ -266,11 +266,58 @@ pub mod message {
     pub fn pulling(image: &str) -> String {
         format!("Pulling image {image:?}")
     }
-    /// `Successfully pulled image "x" in 1.2s (1.2s including waiting). Image size: 123 bytes.`
-    pub fn pulled(image: &str, secs: f64, size: u64) -> String {
+    /// `Successfully pulled image "x" in 1.234567891s`: the text of the kubelet release the
+    /// tests' API server is (v1.20; later ones add the waiting time and the size), with Go's
+    /// duration format.
+    pub fn pulled(image: &str, took: std::time::Duration) -> String {
         format!(
-            "Successfully pulled image {image:?} in {secs:.3}s ({secs:.3}s including waiting). Image size: {size} bytes."
+            "Successfully pulled image {image:?} in {}",
+            go_duration(took)
         )
+    }
+    pub fn failed_to_pull(image: &str, error: &str) -> String {
+        format!("Failed to pull image {image:?}: {error}")
+    }
+    pub fn back_off_pulling(image: &str) -> String {
+        format!("Back-off pulling image {image:?}")
+    }
+    pub fn never_pull(image: &str) -> String {
+        format!("Container image {image:?} is not present with pull policy of Never")
+    }
+    /// The kuberuntime's `Failed` Event for a container it could not start: `Error: ErrImagePull`.
+    pub fn error(reason: &str) -> String {
+        format!("Error: {reason}")
+    }
+
+    /// Go's `time.Duration` text: `1.5s`, `2m3.25s`, `812.5ms`, `40µs`.
+    pub fn go_duration(d: std::time::Duration) -> String {
+        let ns = d.as_nanos();
+        let frac = |v: u128, unit: u128, suffix: &str| {
+            let (whole, rest) = (v / unit, v % unit);
+            let width = unit.ilog10() as usize;
+            let rest = format!("{rest:0width$}");
+            let rest = rest.trim_end_matches('0');
+            if rest.is_empty() {
+                format!("{whole}{suffix}")
+            } else {
+                format!("{whole}.{rest}{suffix}")
+            }
+        };
+        match ns {
+            0 => "0s".into(),
+            n if n < 1_000 => format!("{n}ns"),
+            n if n < 1_000_000 => frac(n, 1_000, "µs"),
+            n if n < 1_000_000_000 => frac(n, 1_000_000, "ms"),
+            n => {
+                let secs = frac(n % 60_000_000_000, 1_000_000_000, "s");
+                let mins = n / 60_000_000_000;
+                match (mins / 60, mins % 60) {
+                    (0, 0) => secs,
+                    (0, m) => format!("{m}m{secs}"),
+                    (h, m) => format!("{h}h{m}m{secs}"),
+                }
+            }
+        }
     }
     pub fn already_present(image: &str) -> String {
         format!("Container image {image:?} already present on machine")
@@ -494,6 +541,22 @@ mod tests {
         assert!(
             c.correlate(&obj(), "Normal", "Started", "m", at(40 + 300))
                 .is_some()
+        );
+    }
+
+    #[test]
+    fn pull_messages_as_the_kubelet_writes_them() {
+        use std::time::Duration;
+        let d = message::go_duration;
+        assert_eq!(d(Duration::ZERO), "0s");
+        assert_eq!(d(Duration::from_nanos(1_234_567_891)), "1.234567891s");
+        assert_eq!(d(Duration::from_micros(812_500)), "812.5ms");
+        assert_eq!(d(Duration::from_micros(40)), "40µs");
+        assert_eq!(d(Duration::from_millis(123_250)), "2m3.25s");
+        assert_eq!(d(Duration::from_secs(3600)), "1h0m0s");
+        assert_eq!(
+            message::pulled("busybox:1.28", Duration::from_millis(1500)),
+            "Successfully pulled image \"busybox:1.28\" in 1.5s"
         );
     }
 }

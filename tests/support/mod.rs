@@ -5,4 +5,5 @@ pub mod api;
 pub mod controlplane;
 pub mod nspawn;
 pub mod pods;
+pub mod registry;
 pub mod status;

@@ -184,13 +184,21 @@ pub fn start_pods(m: &Machine) {
     m.sh_ok("systemctl start podunit.target");
 }
 
-/// Units named podunit-<ns>_<pod>* that systemd still knows about in any state.
+/// Units named podunit-<ns>_<pod>* that systemd still has: loaded, running, stopping or failed.
+///
+/// A unit whose file is gone and that is inactive is left out: it runs nothing and systemd keeps
+/// nothing of it but the name. systemd drops such a unit once it sees its cgroup empty, which in
+/// a container on a cgroup v1 host can wait long after the processes are gone.
 pub fn known_units(m: &Machine, ns: &str, pod: &str) -> Vec<String> {
     let pattern = format!("podunit-{ns}_{pod}*");
     let out = m.systemctl(&["list-units", "--all", "--no-legend", "--plain", &pattern]);
     String::from_utf8_lossy(&out.stdout)
         .lines()
-        .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let forgotten = f.get(1..3) == Some(&["not-found", "inactive"][..]);
+            f.first().filter(|_| !forgotten).map(|u| u.to_string())
+        })
         .collect()
 }
 

@@ -221,3 +221,40 @@ fn whiteouts_of_nothing_are_refused() {
     let tar = RawTar::new().file("a/.wh.", b"").finish();
     refused("wh-empty", tar, "a/.wh.", "whiteout");
 }
+
+#[test]
+fn the_walk_without_openat2_refuses_what_openat2_refuses() {
+    let dir = std::env::temp_dir().join(format!("podunit-walk-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("a/b")).unwrap();
+    std::fs::write(dir.join("a/file"), b"x").unwrap();
+    std::os::unix::fs::symlink("/etc", dir.join("a/link")).unwrap();
+    std::os::unix::fs::symlink("b", dir.join("a/inner")).unwrap();
+    let root = rfs::open(&dir, dir_flags(), Mode::empty()).unwrap();
+    for (path, want) in [
+        ("a/b", None),
+        ("./a//b/", None),
+        ("a/link", Some(vec![Errno::LOOP, Errno::NOTDIR])),
+        ("a/link/ssl", Some(vec![Errno::LOOP, Errno::NOTDIR])),
+        ("a/inner", Some(vec![Errno::LOOP, Errno::NOTDIR])),
+        ("a/file", Some(vec![Errno::NOTDIR])),
+        ("a/../..", Some(vec![Errno::XDEV])),
+        ("/etc", Some(vec![Errno::XDEV])),
+    ] {
+        let walked = walk_dir_beneath(&root, path);
+        let kernel = rfs::openat2(&root, path, dir_flags(), Mode::empty(), resolve_flags());
+        match want {
+            None => {
+                assert!(walked.is_ok(), "{path}: {walked:?}");
+                assert!(kernel.is_ok(), "{path}: {kernel:?}");
+            }
+            Some(errs) => {
+                let e = walked.err().unwrap();
+                assert!(errs.contains(&e), "{path}: {e:?}");
+                // openat2, where the kernel has it, refuses the same.
+                assert!(kernel.is_err(), "{path}");
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,7 +1,8 @@
-//! Admission: node policy, the generator's own validation, missing images, then the spool; a pod
-//! that may not run is rejected, one that waits for something is blocked, with a Warning Event.
+//! Admission: node policy, the generator's own validation, images (pulled as `imagePullPolicy`
+//! says, `images.rs`), then the spool; a pod that may not run is rejected, one that waits for
+//! something is blocked, with a Warning Event.
 
-use super::context::{IMAGE_NEVER_PULL, log, now};
+use super::context::{log, now};
 use super::state::Phase;
 use super::worker::Worker;
 use crate::common::paths::Paths;
@@ -9,7 +10,6 @@ use crate::common::policy;
 use crate::kube::compact::Compact;
 use crate::kube::{spool, waitrecord};
 use crate::status::api;
-use k8s_openapi::api::core::v1::Pod;
 use std::path::PathBuf;
 
 impl Worker {
@@ -68,13 +68,15 @@ impl Worker {
             // are renewed by refresh_tokens).
             return;
         }
-        if !in_spool && let Some((containers, message)) = self.missing_images(&pod) {
-            // podunit never pulls: an image not on this host is the kubelet's imagePullPolicy
-            // Never case. The pod waits (retried: the image may be put into the store) instead
-            // of failing as invalid.
-            self.block_containers(k, IMAGE_NEVER_PULL, &message, IMAGE_NEVER_PULL, containers);
-            return;
+        if !in_spool {
+            match self.ensure_images(k, &pod) {
+                Some(true) => {}
+                // Waiting for a pull (admitted again when it ends or a back-off is over), or
+                // for an image it may not pull; or the API server did not answer.
+                Some(false) | None => return,
+            }
         }
+        self.note_image_ids(k);
         let text = spool::render(&pod, &cms, &secrets);
         let hash = {
             use std::hash::{Hash, Hasher};
@@ -122,51 +124,6 @@ impl Worker {
             rec.refs_seen = Some(seen);
         }
         self.status_due.pods.insert(k.clone());
-    }
-
-    /// The containers whose image is neither the host, a root directory or image file, nor in the
-    /// local image store, and the message for them (the kubelet's, plus where podunit looks).
-    fn missing_images(&self, pod: &Pod) -> Option<(Vec<String>, String)> {
-        use crate::translate::image;
-        let images = crate::generate::FsImages {
-            paths: self.cfg.paths.clone(),
-            host_aliases: self.cfg.policy.host_images.clone(),
-        };
-        let spec = pod.spec.as_ref()?;
-        let mut names = Vec::new();
-        let mut messages = Vec::new();
-        for c in spec
-            .init_containers
-            .iter()
-            .flatten()
-            .chain(spec.containers.iter())
-        {
-            let Some(reference) = c.image.as_deref().filter(|i| !i.is_empty()) else {
-                continue;
-            };
-            // An image reference that is not valid is the generator's to report (InvalidPod).
-            if !reference.starts_with('/') && image::store_path(reference).is_none() {
-                continue;
-            }
-            if let Err(why) = image::resolve(reference, &images) {
-                names.push(c.name.clone());
-                // The generator's text says podunit-sync pulls it: true of local pods only.
-                let why = match &why {
-                    image::Unresolved::Absent { reference: r, .. } => format!(
-                        "podunit does not pull images for API pods yet: put it on this node with \
-                         `podunit image pull {r}`{}",
-                        image::store_path(reference)
-                            .map(|d| format!(" or as a root filesystem in {d}/rootfs"))
-                            .unwrap_or_default()
-                    ),
-                    other => other.message().to_string(),
-                };
-                messages.push(format!(
-                    "Container image {reference:?} is not present with pull policy of Never ({why})"
-                ));
-            }
-        }
-        (!names.is_empty()).then(|| (names, messages.join("; ")))
     }
 
     /// The generator's own checks, run on exactly what it will read.
@@ -244,17 +201,18 @@ impl Worker {
 
     fn block(&mut self, k: &(String, String), reason: &str, message: &str) {
         // The kubelet's Event for a container it cannot create has reason `Failed`.
-        self.block_containers(k, reason, message, "Failed", Vec::new());
+        self.wait_containers(k, reason, message, Some("Failed"), Vec::new());
     }
 
     /// The pod waits with `reason` on the containers in `only` (all when empty); one Warning Event
-    /// with `event_reason` each time the reason or message changes.
-    fn block_containers(
+    /// with `event_reason` (if any: image waits post their own) each time the reason or message
+    /// changes.
+    pub(super) fn wait_containers(
         &mut self,
         k: &(String, String),
         reason: &str,
         message: &str,
-        event_reason: &str,
+        event_reason: Option<&str>,
         only: Vec<String>,
     ) {
         let Some(rec) = self.pods.get_mut(k) else {
@@ -271,7 +229,9 @@ impl Worker {
             let pod = rec.pod.get();
             waitrecord::hold(&self.cfg.paths, &pod, reason, message, &only, false);
             log(format!("{}/{}: {reason}: {message}", k.0, k.1));
-            self.event(&pod, "Warning", event_reason, message);
+            if let Some(r) = event_reason {
+                self.event(&pod, "Warning", r, message);
+            }
             self.status_due.pods.insert(k.clone());
         }
     }

@@ -11,8 +11,8 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-/// The kubelet's waiting reason (and Event reason) for an image that is not on the node when it
-/// may not pull: podunit never pulls, so every image behaves as `imagePullPolicy: Never`.
+/// The kubelet's waiting reason (and Event reason) for an image that is not on the node when its
+/// `imagePullPolicy` is `Never`.
 pub const IMAGE_NEVER_PULL: &str = "ErrImageNeverPull";
 
 /// What the agent needs besides the API client and systemd.

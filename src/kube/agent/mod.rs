@@ -19,6 +19,7 @@
 mod admission;
 mod context;
 mod events;
+mod images;
 mod mirror_pods;
 mod node_loop;
 mod post_status;
@@ -54,6 +55,13 @@ pub fn run(
         &cfg.paths,
         Box::new(crate::kube::probes::AgentSink(tx.clone())),
     );
+    {
+        let tx = tx.clone();
+        worker.pulls = Some(crate::image::queue::PullQueue::spawn(
+            cfg.paths.clone(),
+            move |d| tx.send(Msg::Pulled(Box::new(d))).is_ok(),
+        ));
+    }
     let mut threads = Vec::new();
     {
         let (c, cfg, s) = (client.clone(), cfg.clone(), shared.clone());

@@ -181,7 +181,8 @@ impl Worker {
                         .filter(|cs| about(&cs.name))
                     {
                         if let Some(w) = cs.state.as_mut().and_then(|s| s.waiting.as_mut()) {
-                            w.message = Some(message.clone());
+                            // ContainerCreating while a pull runs has none, as on the kubelet.
+                            w.message = (!message.is_empty()).then(|| message.clone());
                         }
                     }
                     st
@@ -205,7 +206,20 @@ impl Worker {
                             .unwrap_or_else(|e| e.into_inner());
                         crate::kube::probes::overlay_observed(&pod, &mut obs, &results);
                     }
-                    let st = api::build(&pod, &obs, &addrs, posted.as_ref(), now());
+                    let mut st = api::build(&pod, &obs, &addrs, posted.as_ref(), now());
+                    // The digest each image resolved to, as containerd reports it.
+                    if let Some(rec) = self.pods.get(&k) {
+                        for cs in st
+                            .container_statuses
+                            .iter_mut()
+                            .flatten()
+                            .chain(st.init_container_statuses.iter_mut().flatten())
+                        {
+                            if let Some(id) = rec.images.ids.get(&cs.name) {
+                                cs.image_id = id.clone();
+                            }
+                        }
+                    }
                     for (c, type_, reason, message) in
                         crate::kube::events::lifecycle(&pod, posted.as_ref(), &st)
                     {

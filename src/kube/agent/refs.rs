@@ -1,7 +1,7 @@
 //! The ConfigMaps and Secrets a pod uses: read once per batch of work ([`RefCache`]), and re-read
 //! periodically (the kubelet's TTL cache strategy) to update running pods.
 
-use super::context::key_of;
+use super::context::{key_of, log};
 use super::state::{Phase, RefCache};
 use super::worker::Worker;
 use crate::kube::client::{self, ApiError, Client};
@@ -91,6 +91,38 @@ impl Worker {
         }
         self.api_worked();
         Ok((cms, secs))
+    }
+
+    /// The pod's `imagePullSecrets` that exist (the kubelet pulls without a missing one, and only
+    /// logs it). `Err`: the API server did not answer (a 403 is retried soon, as for other reads).
+    pub(super) fn fetch_pull_secrets(&mut self, pod: &Pod) -> Result<Vec<Secret>, ()> {
+        let ns = key_of(pod).0;
+        let names: Vec<String> = pod
+            .spec
+            .iter()
+            .flat_map(|s| s.image_pull_secrets.iter().flatten())
+            .map(|r| r.name.clone())
+            .filter(|n| !n.is_empty())
+            .collect();
+        let mut found = Vec::new();
+        for name in names {
+            let cache = self.ref_cache.as_mut().map(|c| &mut c.secrets);
+            match fetch_ref::<Secret>(&self.client, cache, &ns, &name) {
+                Ok(Some(s)) => found.push(s),
+                Ok(None) => log(format!(
+                    "{ns}/{}: pull secret {name:?} not found; the image pull may not succeed",
+                    pod.metadata.name.as_deref().unwrap_or_default()
+                )),
+                Err(e) => {
+                    if e.code() == Some(403) {
+                        self.forbidden_read(key_of(pod));
+                    }
+                    self.api_failed("reading an image pull secret", &e);
+                    return Err(());
+                }
+            }
+        }
+        Ok(found)
     }
 
     /// Re-reads referenced ConfigMaps and Secrets (the kubelet's TTL cache strategy) and retries

@@ -4,7 +4,7 @@
 use crate::kube::compact::Compact;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, PodStatus, Secret};
 use k8s_openapi::jiff::Timestamp;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Instant;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -48,6 +48,22 @@ pub(super) struct PodRec {
     pub(super) refs_seen: Option<String>,
     /// A status the API server refused (422 and the like): not sent again until it changes.
     pub(super) refused: Option<Compact<PodStatus>>,
+    /// Its images: what each pull brought, what each last showed, what each container runs.
+    pub(super) images: PodImages,
+}
+
+/// A pod's image pulls (see `images.rs`).
+#[derive(Debug, Default)]
+pub(super) struct PodImages {
+    /// Images pulled for this pod, with their imageID: `imagePullPolicy: Always` is met by the
+    /// pull made for it, not by every admission pulling again.
+    pub(super) pulled: HashMap<String, String>,
+    /// What each image last showed (a waiting reason, or `Pulled`): one Event per change.
+    pub(super) shown: HashMap<String, String>,
+    /// When a wait changes next (a failed pull becomes a back-off, a back-off ends).
+    pub(super) recheck_at: Option<Instant>,
+    /// The imageID each container's image resolved to when the pod was spooled.
+    pub(super) ids: BTreeMap<String, String>,
 }
 
 /// ConfigMaps and Secrets read during one batch of work (a burst of new pods, a refresh round), so

@@ -141,6 +141,7 @@ impl Worker {
             self.mark_dirty(k);
         }
         crate::kube::waitrecord::release(&self.cfg.paths, &rec.uid);
+        self.forget_pulls(&rec.uid, &rec.pod.get());
         self.remove_pod_dirs(&rec.uid);
     }
 

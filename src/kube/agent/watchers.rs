@@ -23,6 +23,8 @@ pub enum Msg {
     UnitsChanged(Changes),
     /// The probe runner: an event to post, or a pod whose readiness changed.
     Probe(crate::kube::probes::Note),
+    /// An image pull ended.
+    Pulled(Box<crate::image::queue::Done>),
 }
 
 /// Lists and watches this node's pods until stopped.

@@ -61,6 +61,8 @@ pub struct Worker {
     pub probes: crate::probe::runner::Handle,
     /// What events were posted (dedup, aggregation, spam filter).
     pub(super) events: crate::kube::events::Correlator,
+    /// The node's image pulls (started by [`super::run`]).
+    pub(super) pulls: Option<crate::image::queue::PullQueue>,
 }
 
 impl Worker {
@@ -108,6 +110,7 @@ impl Worker {
             reloads: 0,
             probes: Default::default(),
             events,
+            pulls: None,
         })
     }
 
@@ -169,6 +172,7 @@ impl Worker {
             Msg::Deleted(p) => self.gone(&p),
             Msg::UnitsChanged(c) => self.units_changed(c),
             Msg::Probe(n) => self.probe_note(n),
+            Msg::Pulled(d) => self.image_pulled(*d),
         }
     }
 
@@ -196,6 +200,7 @@ impl Worker {
             self.retry_forbidden();
         }
         if self.api_ok() {
+            self.recheck_images();
             self.refresh_tokens();
             self.progress_terminations();
             self.scan_mirrors();
@@ -316,6 +321,7 @@ impl Worker {
                     validated: None,
                     refs_seen: None,
                     refused: None,
+                    images: Default::default(),
                 },
             );
             if terminating {

@@ -1,0 +1,65 @@
+//! Pulling from the tests' registry (tests/image/registry.rs) as a node configured for it does:
+//! docker.io and registry.k8s.io mirrored by it, its CA trusted, its Basic credentials. One
+//! setup for the image suites, the image benchmark and the cluster-mode pulls.
+
+use podunit::image::auth::Keyring;
+use podunit::image::error::PullError;
+use podunit::image::pull::Puller;
+use podunit::image::registries::Registries;
+use podunit::image::registry::Client;
+use podunit::image::{Reference, ResolvedImage, Store};
+use std::path::Path;
+
+/// docker.io and registry.k8s.io served by the registry at `host` (a plain mirror), `ca` trusted.
+pub fn settings(host: &str, ca: &Path) -> Registries {
+    Registries {
+        mirrors: [
+            ("docker.io".to_string(), vec![host.to_string()]),
+            ("registry.k8s.io".to_string(), vec![host.to_string()]),
+        ]
+        .into(),
+        ca: [(host.to_string(), ca.to_path_buf())].into(),
+        ..Default::default()
+    }
+}
+
+/// The same, as a node's `/etc/podunit/config.yaml` says it (`ca` as the node sees the file).
+pub fn node_config(host: &str, ca: &str) -> String {
+    format!(
+        "registries:\n  mirrors:\n    docker.io: [\"{host}\"]\n    registry.k8s.io: [\"{host}\"]\n  ca:\n    \"{host}\": {ca}\n"
+    )
+}
+
+/// `{"auths": {host: {username, password}}}` for `host`.
+pub fn config_json(host: &str, user: &str, password: &str) -> String {
+    format!(r#"{{"auths":{{"{host}":{{"username":"{user}","password":"{password}"}}}}}}"#)
+}
+
+pub fn keyring(host: &str, user: &str, password: &str) -> Keyring {
+    Keyring::parse_config_json(config_json(host, user, password).as_bytes()).unwrap()
+}
+
+/// A puller for this host's platform, any registry allowed, no progress display.
+pub fn puller<'a>(store: &'a Store, client: &'a Client) -> Puller<'a> {
+    Puller {
+        store,
+        client,
+        platform: podunit::image::platform::host(),
+        allowed_registries: None,
+        progress: None,
+    }
+}
+
+/// Pulls `reference` into `store` through `client`.
+pub fn pull(store: &Store, client: &Client, reference: &str) -> Result<ResolvedImage, PullError> {
+    puller(store, client).pull(&Reference::parse(reference).unwrap())
+}
+
+/// The OCI architecture of this host, for the images the tests build.
+pub fn host_arch() -> &'static str {
+    match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        a => panic!("test images are built for amd64 and arm64, not {a}"),
+    }
+}
