@@ -35,6 +35,10 @@ pub mod status;
 #[cfg(feature = "cli")]
 pub mod systemd;
 
+// Commands run inside containers for people: `podunit exec` and the kubelet API's `/exec`.
+#[cfg(feature = "cli")]
+pub mod exec;
+
 // The `podunit` command line and podunit-sync's entry point.
 #[cfg(feature = "cli")]
 pub mod cli;

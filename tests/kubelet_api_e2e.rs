@@ -384,3 +384,206 @@ fn logs_stats_and_auth_through_a_real_apiserver() {
     assert_eq!(status_of(&m, "/pods", &admin), "200");
     assert_eq!(status_of(&m, "/nosuch", &admin), "404");
 }
+
+/// Whether a process with `exec-flood` in its command line runs in the machine (the pattern is
+/// written so that it does not match the grep itself; the machine has no pgrep).
+fn flood_running(m: &Machine) -> bool {
+    m.sh("grep -qs 'exec-floo[d]' /proc/[0-9]*/cmdline")
+        .status
+        .success()
+}
+
+fn shell_pod(name: &str) -> String {
+    json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"nodeName": NODE, "terminationGracePeriodSeconds": 2,
+            "securityContext": {"runAsUser": 1234},
+            "containers": [{"name": "main", "image": "host",
+                "env": [{"name": "MARK", "value": "from-the-pod"}],
+                "command": ["/bin/sh", "-c", "exec sleep 100000"]}]}})
+    .to_string()
+}
+
+#[test]
+fn exec_locally_and_through_a_real_apiserver() {
+    let m = Machine::boot("kubelet-exec");
+    let cp = ControlPlane::start(&m, NODE);
+    start_sync(&m);
+    cp.kubectl_ok(&["apply", "-f", "-"], Some(&shell_pod("shell")));
+    wait_state(&m, &ctr_unit("default", "shell", "main"), &["active"]);
+
+    // `podunit exec` on the node: the container's user, environment and mount namespace, the
+    // command's stdout, stderr and exit code.
+    let script = "echo out; echo err >&2; id -u; echo $MARK; exit 3";
+    let out = m.exec(&["podunit", "exec", "shell", "--", "sh", "-c", script]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "err\n",
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "out\n1234\nfrom-the-pod\n"
+    );
+    assert_eq!(out.status.code(), Some(3));
+    let main_mnt = m.sh_ok(&format!(
+        "readlink /proc/$(systemctl show -P MainPID {})/ns/mnt",
+        ctr_unit("default", "shell", "main")
+    ));
+    let exec_mnt = m.sh_ok("podunit exec shell -- readlink /proc/self/ns/mnt");
+    assert_eq!(exec_mnt, main_mnt, "the container's mount namespace");
+    // -i passes stdin; without it the command's stdin is empty.
+    assert_eq!(
+        m.sh_ok("echo piped | podunit exec -i shell -c main -- cat"),
+        "piped\n"
+    );
+    assert_eq!(m.sh_ok("echo piped | podunit exec shell -- cat"), "");
+    let bad = m.sh("podunit exec nosuch -- true");
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("pod nosuch not found"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
+    let bad = m.sh("podunit exec shell -c nope -- true");
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("container nope is not in pod default/shell"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
+
+    // `kubectl exec` through the API server: SPDY to the node's kubelet port.
+    let out = cp
+        .kubectl()
+        .args([
+            "exec",
+            "shell",
+            "--",
+            "sh",
+            "-c",
+            "echo out; echo err >&2; exit 3",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(stdout, "out\n", "stderr: {stderr}");
+    assert!(stderr.starts_with("err\n"), "{stderr}");
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert_eq!(
+        kubectl(
+            &cp,
+            &[
+                "exec",
+                "shell",
+                "-c",
+                "main",
+                "--",
+                "sh",
+                "-c",
+                "id -u; echo $MARK"
+            ]
+        )
+        .unwrap(),
+        "1234\nfrom-the-pod\n"
+    );
+    // -i: stdin through, to its end.
+    let mut cat = cp
+        .kubectl()
+        .args(["exec", "-i", "shell", "--", "sh", "-c", "cat; echo end"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let big: String = (0..20000).map(|i| format!("line {i}\n")).collect();
+    let feed = {
+        let mut w = cat.stdin.take().unwrap();
+        let big = big.clone();
+        std::thread::spawn(move || std::io::Write::write_all(&mut w, big.as_bytes()))
+    };
+    let out = cat.wait_with_output().unwrap();
+    feed.join().unwrap().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), format!("{big}end\n"));
+
+    // The gate: exec is nodes/proxy `create`; a user without it is refused.
+    let (ncrt, nkey) = cp.client_cert("nobody", "nobody", "");
+    let nobody = cert_args(&ncrt, &nkey);
+    let mut args: Vec<&str> = nobody.iter().map(|s| s.as_str()).collect();
+    args.extend(["-X", "POST"]);
+    assert_eq!(
+        status_of(&m, "/exec/default/shell/main?command=true&stdout=1", &args),
+        "403"
+    );
+    assert_eq!(
+        status_of(
+            &m,
+            "/exec/default/shell/main?command=true&stdout=1",
+            &["-X", "POST"]
+        ),
+        "401"
+    );
+
+    // -t: a terminal of the command's own, of the caller's size (util-linux `script` gives
+    // kubectl and podunit a terminal to start from).
+    let k = cp.kubectl();
+    let quote = |s: &std::ffi::OsStr| format!("'{}'", s.to_string_lossy());
+    let mut line = quote(k.get_program());
+    for a in k.get_args() {
+        line.push(' ');
+        line.push_str(&quote(a));
+    }
+    let tty_script = "tty; stty size; exit 4";
+    let out = Command::new("script")
+        .args([
+            "-qec",
+            &format!("stty cols 100 rows 30; {line} exec -it shell -- sh -c '{tty_script}'"),
+            "/dev/null",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("/dev/pts/"), "{text}");
+    assert!(text.contains("30 100"), "{text}");
+    assert_eq!(out.status.code(), Some(4), "{text}");
+    let local = m.sh(&format!(
+        "script -qec \"stty cols 90 rows 20; podunit exec -it shell -- sh -c '{tty_script}'\" /dev/null"
+    ));
+    let text = String::from_utf8_lossy(&local.stdout);
+    assert!(text.contains("/dev/pts/"), "{text}");
+    assert!(text.contains("20 90"), "{text}");
+    assert_eq!(local.status.code(), Some(4), "{text}");
+
+    // A client that never reads its output holds up nobody else; when it goes, so does the
+    // command.
+    let mut stuck = cp
+        .kubectl()
+        .args(["exec", "shell", "--", "sh", "-c", "exec yes exec-flood"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    m.wait_for("the flooding command running", SOON, || {
+        flood_running(&m).then_some(())
+    });
+    assert_eq!(
+        kubectl(&cp, &["exec", "shell", "--", "echo", "still-served"]).unwrap(),
+        "still-served\n"
+    );
+    let _ = stuck.kill();
+    let _ = stuck.wait();
+    m.wait_for("the flooding command gone with its client", SOON, || {
+        (!flood_running(&m)).then_some(())
+    });
+}

@@ -8,6 +8,7 @@ mod output;
 pub mod check;
 pub mod cluster;
 pub mod completions;
+pub mod exec;
 pub mod hook;
 pub mod image;
 pub mod logs;
@@ -43,6 +44,8 @@ pub enum Command {
     Image(image::Args),
     /// Show a pod's logs from the journal.
     Logs(logs::Args),
+    /// Run a command inside a running container, as `kubectl exec` does.
+    Exec(exec::Args),
     /// Prepare a pod's volumes and environment (run by the pod's unit).
     #[command(hide = true)]
     PodPrepare(prepare::Args),
@@ -63,6 +66,9 @@ pub enum Command {
     /// Run an httpGet or sleep lifecycle hook (run by the container's unit).
     #[command(hide = true)]
     Hook(hook::Args),
+    /// Run a command inside a container for `exec` or the kubelet API (a transient unit).
+    #[command(hide = true)]
+    ExecStage(exec::StageArgs),
     /// Print a shell completion script (the packages install them).
     #[command(hide = true)]
     Completions(completions::Args),
@@ -104,6 +110,8 @@ pub fn main() -> ExitCode {
         Command::ProbeExec(a) => probe::run(a),
         Command::Hook(a) => hook::run(a),
         Command::Logs(a) => logs::run(a),
+        Command::Exec(a) => exec::run(a),
+        Command::ExecStage(a) => exec::stage(a),
         Command::Image(a) => image::run(a),
         Command::Completions(a) => completions::run(a),
     }

@@ -7,11 +7,15 @@
 
 // Pure std: built without `cli` too, for the fuzz target.
 pub mod http;
+#[cfg(feature = "spdy")]
+pub mod spdy;
 
 #[cfg(feature = "cli")]
 pub mod auth;
 #[cfg(feature = "cli")]
 pub mod query;
+#[cfg(feature = "cli")]
+pub mod remotecommand;
 #[cfg(feature = "cli")]
 mod routes;
 #[cfg(feature = "cli")]

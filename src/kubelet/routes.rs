@@ -8,7 +8,7 @@ use super::{query, stats};
 use crate::localsync::generator_output::{self, GeneratedPod};
 use crate::logs::{self, LogError};
 
-const TEXT: &str = "text/plain; charset=utf-8";
+pub(super) const TEXT: &str = "text/plain; charset=utf-8";
 const JSON: &str = "application/json";
 /// The Prometheus text format, version 0.0.4.
 const PROMETHEUS: &str = "text/plain; version=0.0.4";
@@ -30,6 +30,9 @@ pub(super) fn handle(state: &State, stream: &mut Tls, req: &Request) -> bool {
             Denied::Unavailable(m) => (500, format!("Authorization error: {m}")),
         };
         return reply(stream, req, status, TEXT, msg.as_bytes());
+    }
+    if let Some(rest) = req.path.strip_prefix("/exec/") {
+        return super::remotecommand::exec(state, stream, req, rest);
     }
     if req.method != "GET" && req.method != "HEAD" {
         return reply(stream, req, 405, TEXT, b"405 method not allowed\n");
@@ -62,7 +65,7 @@ fn reply(stream: &mut Tls, req: &Request, status: u16, ctype: &str, body: &[u8])
     http::write_response(stream, status, ctype, body, req.close).is_ok()
 }
 
-fn generated_pods(state: &State) -> Vec<GeneratedPod> {
+pub(super) fn generated_pods(state: &State) -> Vec<GeneratedPod> {
     generator_output::scan(&state.paths.host(generator_output::GENERATOR_DIR)).unwrap_or_default()
 }
 

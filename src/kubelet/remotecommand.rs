@@ -1,0 +1,807 @@
+//! `/exec/{namespace}/{pod}/{container}`: what `kubectl exec` reaches through the API server,
+//! which proxies the request as an HTTP upgrade to SPDY/3.1 and then carries the connection as
+//! it is. The protocol is the kubelet's remotecommand (`v4.channel.k8s.io` and older): the
+//! client opens one stream per channel, named by its `streamType` header (`error`, `stdin`,
+//! `stdout`, `stderr`, `resize`); the node answers each, runs the command
+//! ([`crate::exec`]) and copies between the streams and the command's pipes; at the end the
+//! `error` stream carries how it ended (v4: a `metav1.Status`, `NonZeroExitCode` with an
+//! `ExitCode` cause, which kubectl turns into its own exit code).
+//!
+//! One thread per connection, one poll loop: nothing here waits on the client except a write,
+//! which the socket's timeout bounds. The command's output is read only as fast as the client
+//! takes it, and the client's stdin only as fast as the command takes it (a bounded backlog),
+//! so a client that never reads or a command that never reads costs a few buffers, nothing more.
+
+use super::http::{self, Request};
+use super::server::{State, Tls};
+use super::spdy::headers::{Deflater, Inflater};
+use super::spdy::{self, Frame};
+use crate::exec::{self, Exit, Stdio};
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::time::{Duration, Instant};
+
+/// Newest first, as the kubelet prefers them.
+pub const PROTOCOLS: [&str; 3] = [
+    "v4.channel.k8s.io",
+    "v3.channel.k8s.io",
+    "v2.channel.k8s.io",
+];
+/// How long the client has to open its streams (the kubelet's default).
+const STREAM_CREATION_TIMEOUT: Duration = Duration::from_secs(30);
+/// A session with no traffic either way for this long is closed (the kubelet's default).
+const IDLE_TIMEOUT: Duration = Duration::from_secs(4 * 3600);
+/// After the command ended, how long its output may keep coming (children holding the pipes).
+const DRAIN: Duration = Duration::from_secs(1);
+/// Stdin taken from the client ahead of the command reading it.
+const STDIN_BACKLOG: usize = 64 * 1024;
+/// Output read from the command per frame (spdystream's own chunk).
+const CHUNK: usize = 32 * 1024;
+/// The most streams a client may open on one connection.
+const MAX_STREAMS: usize = 8;
+
+/// What the request asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Options {
+    pub command: Vec<String>,
+    pub stdin: bool,
+    pub stdout: bool,
+    pub stderr: bool,
+    pub tty: bool,
+}
+
+/// The query of an exec request, by the kubelet's rules: `command` repeated, the stream flags
+/// `input`, `output`, `error` and `tty` (as the API server names them for the kubelet; also the
+/// `stdin`, `stdout`, `stderr` of its own API) set by `1` (or `true`), at least one stream.
+pub fn options(req: &Request) -> Result<Options, String> {
+    let set = |n: &str| matches!(req.param(n), Some("1" | "true"));
+    let flag = |n: &str| {
+        set(n)
+            || set(match n {
+                "stdin" => "input",
+                "stdout" => "output",
+                "stderr" => "error",
+                other => other,
+            })
+    };
+    let command: Vec<String> = req
+        .query
+        .iter()
+        .filter(|(k, _)| k == "command")
+        .map(|(_, v)| v.clone())
+        .collect();
+    let o = Options {
+        command,
+        stdin: flag("stdin"),
+        stdout: flag("stdout"),
+        stderr: flag("stderr"),
+        tty: flag("tty"),
+    };
+    if o.command.is_empty() {
+        return Err("you must specify a command".into());
+    }
+    if !(o.stdin || o.stdout || o.stderr) {
+        return Err("you must specify at least 1 of stdin, stdout, stderr".into());
+    }
+    Ok(o)
+}
+
+/// The protocol to speak: the first of the client's (`X-Stream-Protocol-Version`, each header
+/// line one or more, comma-separated) that this server has.
+pub fn negotiate(req: &Request) -> Option<&'static str> {
+    let offered: Vec<&str> = req
+        .headers
+        .iter()
+        .filter(|(n, _)| n == "x-stream-protocol-version")
+        .flat_map(|(_, v)| v.split(','))
+        .map(str::trim)
+        .collect();
+    offered
+        .iter()
+        .find_map(|o| PROTOCOLS.iter().find(|p| *p == o).copied())
+}
+
+/// How the command ended, as the `error` stream of `protocol` carries it (nothing: success on
+/// the older protocols).
+pub fn status_message(protocol: &str, argv: &[String], r: &Result<Exit, String>) -> Vec<u8> {
+    let code = match r {
+        Ok(Exit::Code(0)) => None,
+        Ok(Exit::Code(c)) => Some(*c),
+        // As the runtimes report a command killed by a signal.
+        Ok(Exit::Signal(s)) => Some(128 + s),
+        Err(_) => None,
+    };
+    let v4 = protocol == PROTOCOLS[0];
+    let body = match (r, code) {
+        (Ok(_), None) if v4 => serde_json::json!({"metadata": {}, "status": "Success"}),
+        (Ok(_), None) => return Vec::new(),
+        (_, Some(c)) => {
+            let message = format!(
+                "command terminated with non-zero exit code: error executing command {argv:?}, \
+                 exit code {c}"
+            );
+            if !v4 {
+                return message.into_bytes();
+            }
+            serde_json::json!({"metadata": {}, "status": "Failure", "message": message,
+                "reason": "NonZeroExitCode",
+                "details": {"causes": [{"reason": "ExitCode", "message": c.to_string()}]}})
+        }
+        (Err(e), None) => {
+            let message = format!("Internal error occurred: {e}");
+            if !v4 {
+                return message.into_bytes();
+            }
+            serde_json::json!({"metadata": {}, "status": "Failure", "message": message,
+                "reason": "InternalError", "code": 500,
+                "details": {"causes": [{"message": e}]}})
+        }
+    };
+    serde_json::to_vec(&body).expect("serializable")
+}
+
+/// Serves the request; returns whether the connection may carry another (never, once
+/// upgraded).
+pub(super) fn exec(state: &State, stream: &mut Tls, req: &Request, rest: &str) -> bool {
+    let reply = |stream: &mut Tls, status: u16, msg: &str| {
+        http::write_response(
+            stream,
+            status,
+            super::routes::TEXT,
+            msg.as_bytes(),
+            req.close,
+        )
+        .is_ok()
+    };
+    let parts: Vec<&str> = rest.split('/').collect();
+    // `{ns}/{pod}/{container}`, or with the pod's UID before the container.
+    let (ns, name, container) = match parts[..] {
+        [ns, pod, c] | [ns, pod, _, c] if !ns.is_empty() && !pod.is_empty() && !c.is_empty() => {
+            (ns, pod, c)
+        }
+        _ => return reply(stream, 404, "404 page not found\n"),
+    };
+    if req.method != "POST" && req.method != "GET" {
+        return reply(stream, 405, "405 method not allowed\n");
+    }
+    let opts = match options(req) {
+        Ok(o) => o,
+        Err(m) => return reply(stream, 400, &m),
+    };
+    let pods = super::routes::generated_pods(state);
+    let unit =
+        match exec::find_pod(&pods, ns, name).and_then(|p| exec::container_unit(p, container)) {
+            Ok(u) => u.to_string(),
+            Err(e) => return reply(stream, 404, &format!("{e}\n")),
+        };
+    let upgrade = req
+        .header("upgrade")
+        .is_some_and(|u| u.eq_ignore_ascii_case("SPDY/3.1"));
+    if !upgrade {
+        return reply(stream, 400, "Upgrade request required\n");
+    }
+    let Some(protocol) = negotiate(req) else {
+        let msg = format!(
+            "unable to upgrade: unable to negotiate protocol: client supports {:?}, server \
+             supports {PROTOCOLS:?}\n",
+            req.header("x-stream-protocol-version").unwrap_or("")
+        );
+        return reply(stream, 403, &msg);
+    };
+    let head = format!(
+        "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\n\
+         X-Stream-Protocol-Version: {protocol}\r\n\r\n"
+    );
+    if stream.write_all(head.as_bytes()).is_err() || stream.flush().is_err() {
+        return false;
+    }
+    let mut conn = Conn::new(stream);
+    let _ = serve(&mut conn, &unit, (ns, name, container), protocol, &opts);
+    conn.close();
+    false
+}
+
+/// The streams a session uses, by their SPDY ids.
+#[derive(Debug, Default, Clone, Copy)]
+struct Streams {
+    error: Option<u32>,
+    stdin: Option<u32>,
+    stdout: Option<u32>,
+    stderr: Option<u32>,
+    resize: Option<u32>,
+}
+
+impl Streams {
+    fn complete(&self, o: &Options, protocol: &str) -> bool {
+        let resize = !o.tty || protocol == PROTOCOLS[2];
+        self.error.is_some()
+            && (!o.stdin || self.stdin.is_some())
+            && (!o.stdout || self.stdout.is_some())
+            && (!o.stderr || o.tty || self.stderr.is_some())
+            && (resize || self.resize.is_some())
+    }
+}
+
+/// The upgraded connection: frames in and out over TLS.
+struct Conn<'a> {
+    tls: &'a mut Tls,
+    inbuf: Vec<u8>,
+    inflate: Inflater,
+    deflate: Deflater,
+    streams: usize,
+    eof: bool,
+}
+
+fn bad(m: impl std::fmt::Debug) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, format!("{m:?}"))
+}
+
+impl<'a> Conn<'a> {
+    fn new(tls: &'a mut Tls) -> Self {
+        Conn {
+            tls,
+            inbuf: Vec::new(),
+            inflate: Inflater::default(),
+            deflate: Deflater::default(),
+            streams: 0,
+            eof: false,
+        }
+    }
+
+    fn send(&mut self, frame: &[u8]) -> io::Result<()> {
+        self.tls.write_all(frame)?;
+        self.tls.flush()
+    }
+
+    /// Reads what the socket has (blocking until something arrives when it has nothing);
+    /// false once the client has closed its side.
+    fn fill(&mut self) -> io::Result<bool> {
+        let n = self.tls.conn.read_tls(&mut self.tls.sock)?;
+        if n == 0 {
+            self.eof = true;
+            return Ok(false);
+        }
+        let st = self
+            .tls
+            .conn
+            .process_new_packets()
+            .map_err(io::Error::other)?;
+        let avail = st.plaintext_bytes_to_read();
+        let closed = st.peer_has_closed();
+        let at = self.inbuf.len();
+        self.inbuf.resize(at + avail, 0);
+        self.tls.conn.reader().read_exact(&mut self.inbuf[at..])?;
+        while self.tls.conn.wants_write() {
+            self.tls.conn.write_tls(&mut self.tls.sock)?;
+        }
+        self.eof |= closed;
+        Ok(!closed)
+    }
+
+    /// The next whole frame in the buffer, copied out of it (`handle` gets it by value).
+    fn next_frame(&mut self) -> io::Result<Option<OwnedFrame>> {
+        let Some((frame, used)) = spdy::parse(&self.inbuf).map_err(bad)? else {
+            return Ok(None);
+        };
+        let owned = OwnedFrame::from(frame);
+        self.inbuf.drain(..used);
+        Ok(Some(owned))
+    }
+
+    /// Answers what needs no session (PING, new streams) and returns the rest.
+    fn control(&mut self, f: OwnedFrame, streams: &mut Streams) -> io::Result<Option<OwnedFrame>> {
+        match f {
+            OwnedFrame::Ping(id) => self.send(&spdy::ping(id)).map(|_| None),
+            OwnedFrame::SynStream { stream, block } => {
+                let headers = self.inflate.block(&block).map_err(bad)?;
+                let kind = headers
+                    .iter()
+                    .find(|(n, _)| n == "streamtype")
+                    .map(|(_, v)| v.as_str());
+                self.streams += 1;
+                let slot = match kind {
+                    Some("error") => &mut streams.error,
+                    Some("stdin") => &mut streams.stdin,
+                    Some("stdout") => &mut streams.stdout,
+                    Some("stderr") => &mut streams.stderr,
+                    Some("resize") => &mut streams.resize,
+                    _ => {
+                        return self
+                            .send(&spdy::rst_stream(stream, spdy::REFUSED_STREAM))
+                            .map(|_| None);
+                    }
+                };
+                if slot.is_some() || self.streams > MAX_STREAMS {
+                    return self
+                        .send(&spdy::rst_stream(stream, spdy::REFUSED_STREAM))
+                        .map(|_| None);
+                }
+                *slot = Some(stream);
+                let block = self.deflate.block(&[]);
+                self.send(&spdy::syn_reply(stream, false, &block))
+                    .map(|_| None)
+            }
+            OwnedFrame::GoAway => Err(io::ErrorKind::ConnectionAborted.into()),
+            other => Ok(Some(other)),
+        }
+    }
+
+    fn close(&mut self) {
+        let _ = self.send(&spdy::goaway(0));
+        self.tls.conn.send_close_notify();
+        while self.tls.conn.wants_write() {
+            if self.tls.conn.write_tls(&mut self.tls.sock).is_err() {
+                break;
+            }
+        }
+    }
+}
+
+/// A frame the session acts on, out of the read buffer.
+enum OwnedFrame {
+    SynStream {
+        stream: u32,
+        block: Vec<u8>,
+    },
+    Data {
+        stream: u32,
+        fin: bool,
+        data: Vec<u8>,
+    },
+    Ping(u32),
+    GoAway,
+    Ignored,
+}
+
+impl From<Frame<'_>> for OwnedFrame {
+    fn from(f: Frame<'_>) -> Self {
+        match f {
+            Frame::SynStream { stream, block, .. } => OwnedFrame::SynStream {
+                stream,
+                block: block.to_vec(),
+            },
+            Frame::Data { stream, fin, data } => OwnedFrame::Data {
+                stream,
+                fin,
+                data: data.to_vec(),
+            },
+            Frame::Ping(id) => OwnedFrame::Ping(id),
+            Frame::GoAway { .. } => OwnedFrame::GoAway,
+            _ => OwnedFrame::Ignored,
+        }
+    }
+}
+
+fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let (r, w) = io::pipe()?;
+    Ok((OwnedFd::from(r), OwnedFd::from(w)))
+}
+
+fn serve(
+    conn: &mut Conn<'_>,
+    unit: &str,
+    (ns, name, container): (&str, &str, &str),
+    protocol: &str,
+    o: &Options,
+) -> io::Result<()> {
+    // The streams first: the client opens them all before it sends anything else.
+    let mut streams = Streams::default();
+    let deadline = Instant::now() + STREAM_CREATION_TIMEOUT;
+    let _ = conn
+        .tls
+        .sock
+        .set_read_timeout(Some(STREAM_CREATION_TIMEOUT));
+    while !streams.complete(o, protocol) {
+        match conn.next_frame()? {
+            Some(f) => {
+                conn.control(f, &mut streams)?;
+            }
+            None if Instant::now() >= deadline => return Err(io::ErrorKind::TimedOut.into()),
+            None => {
+                if !conn.fill()? {
+                    return Ok(());
+                }
+            }
+        }
+    }
+    let pod = format!("{ns}/{name}");
+    let started = start(unit, (&pod, container), o);
+    let (session, fds) = match started {
+        Ok(s) => s,
+        Err(e) => {
+            let msg = status_message(protocol, &o.command, &Err(e.to_string()));
+            return finish(conn, &streams, &msg);
+        }
+    };
+    let result = pump(conn, &streams, session, fds)?;
+    let msg = status_message(protocol, &o.command, &result);
+    finish(conn, &streams, &msg)
+}
+
+/// Our ends of the command's pipes (with a terminal: its controlling side, for all three).
+struct Ends {
+    stdin: Option<OwnedFd>,
+    stdout: Option<OwnedFd>,
+    stderr: Option<OwnedFd>,
+    terminal: Option<OwnedFd>,
+}
+
+/// A `resize` message (`remotecommand.TerminalSize`).
+#[derive(serde::Deserialize)]
+struct TerminalSize {
+    #[serde(rename = "Width")]
+    width: u16,
+    #[serde(rename = "Height")]
+    height: u16,
+}
+
+/// The most of an unfinished resize message kept.
+const MAX_RESIZE: usize = 4096;
+
+/// Applies the complete resize messages at the start of `buf` (the last one wins) and keeps
+/// the rest; a buffer that grows past [`MAX_RESIZE`] without one is dropped.
+fn resize(terminal: Option<&OwnedFd>, buf: &mut Vec<u8>) {
+    let mut it = serde_json::Deserializer::from_slice(buf).into_iter::<TerminalSize>();
+    let mut last = None;
+    let mut used = 0;
+    loop {
+        match it.next() {
+            Some(Ok(s)) => {
+                used = it.byte_offset();
+                last = Some(s);
+            }
+            Some(Err(e)) if e.is_eof() => break,
+            Some(Err(_)) | None => {
+                used = buf.len();
+                break;
+            }
+        }
+    }
+    buf.drain(..used);
+    if buf.len() > MAX_RESIZE {
+        buf.clear();
+    }
+    if let (Some(t), Some(s)) = (terminal, last) {
+        let _ = exec::pty::resize(t, s.width, s.height);
+    }
+}
+
+fn start(
+    unit: &str,
+    (pod, container): (&str, &str),
+    o: &Options,
+) -> Result<(exec::Session, Ends), exec::Error> {
+    let io = |e| exec::Error::Io("pipe", e);
+    let null = || {
+        std::fs::File::options()
+            .read(true)
+            .write(true)
+            .open("/dev/null")
+            .map(OwnedFd::from)
+            .map_err(io)
+    };
+    if o.tty {
+        let (stdio, ends) = terminal(o.stdin).map_err(|e| exec::Error::Io("terminal", e))?;
+        return Ok((run_in(unit, (pod, container), o, stdio)?, ends));
+    }
+    let (stdin, our_stdin) = if o.stdin {
+        let (r, w) = pipe().map_err(io)?;
+        rustix::fs::fcntl_setfl(&w, rustix::fs::OFlags::NONBLOCK).map_err(|e| io(e.into()))?;
+        (r, Some(w))
+    } else {
+        (null()?, None)
+    };
+    let out = || -> Result<(OwnedFd, Option<OwnedFd>), exec::Error> {
+        let (r, w) = pipe().map_err(io)?;
+        Ok((w, Some(r)))
+    };
+    let (stdout, our_stdout) = if o.stdout { out()? } else { (null()?, None) };
+    let (stderr, our_stderr) = if o.stderr && !o.tty {
+        out()?
+    } else {
+        (null()?, None)
+    };
+    let session = run_in(
+        unit,
+        (pod, container),
+        o,
+        Stdio {
+            stdin,
+            stdout,
+            stderr,
+            tty: false,
+        },
+    )?;
+    Ok((
+        session,
+        Ends {
+            stdin: our_stdin,
+            stdout: our_stdout,
+            stderr: our_stderr,
+            terminal: None,
+        },
+    ))
+}
+
+/// Starts the command with `stdio` through the system manager.
+fn run_in(
+    unit: &str,
+    (pod, container): (&str, &str),
+    o: &Options,
+    stdio: Stdio,
+) -> Result<exec::Session, exec::Error> {
+    let client = crate::systemd::Client::system().map_err(exec::Error::Systemd)?;
+    exec::start(
+        &client,
+        &exec::cli_binary(),
+        (pod, container, unit),
+        &o.command,
+        stdio,
+    )
+}
+
+/// A terminal for the command: its side as all three streams, ours for stdin (when asked)
+/// and output.
+fn terminal(stdin: bool) -> io::Result<(Stdio, Ends)> {
+    let (master, sub) = exec::pty::open()?;
+    rustix::fs::fcntl_setfl(&master, rustix::fs::OFlags::NONBLOCK)?;
+    let stdio = Stdio {
+        stdin: sub.try_clone()?,
+        stdout: sub.try_clone()?,
+        stderr: sub,
+        tty: true,
+    };
+    let ends = Ends {
+        stdin: if stdin {
+            Some(master.try_clone()?)
+        } else {
+            None
+        },
+        stdout: Some(master.try_clone()?),
+        stderr: None,
+        terminal: Some(master),
+    };
+    Ok((stdio, ends))
+}
+
+/// Copies between the streams and the command until it has ended and its output is drained.
+fn pump(
+    conn: &mut Conn<'_>,
+    streams: &Streams,
+    session: exec::Session,
+    mut ends: Ends,
+) -> io::Result<Result<Exit, String>> {
+    let mut backlog: Vec<u8> = Vec::new();
+    let mut stdin_fin = false;
+    let mut sizes: Vec<u8> = Vec::new();
+    let mut session = Some(session);
+    let mut result: Option<Result<Exit, String>> = None;
+    let mut last_activity = Instant::now();
+    let mut buf = vec![0u8; CHUNK];
+    loop {
+        // Frames already read, as far as stdin has room.
+        while backlog.len() < STDIN_BACKLOG {
+            let Some(f) = conn.next_frame()? else { break };
+            let mut ignore = Streams::default();
+            match conn.control(f, &mut ignore)? {
+                Some(OwnedFrame::Data { stream, fin, data }) if Some(stream) == streams.stdin => {
+                    backlog.extend_from_slice(&data);
+                    stdin_fin |= fin;
+                }
+                Some(OwnedFrame::Data { stream, data, .. }) if Some(stream) == streams.resize => {
+                    sizes.extend_from_slice(&data);
+                    resize(ends.terminal.as_ref(), &mut sizes);
+                }
+                _ => {}
+            }
+        }
+        if stdin_fin && backlog.is_empty() {
+            ends.stdin = None;
+        }
+        let done = result.is_some();
+        if done && ends.stdout.is_none() && ends.stderr.is_none() {
+            break;
+        }
+        let read_sock = !conn.eof && backlog.len() < STDIN_BACKLOG;
+        let (ready, n) = {
+            let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(5);
+            let i_sock = slot(
+                &mut fds,
+                read_sock.then(|| conn.tls.sock.as_fd()),
+                PollFlags::POLLIN,
+            );
+            let i_out = slot(
+                &mut fds,
+                ends.stdout.as_ref().map(|f| f.as_fd()),
+                PollFlags::POLLIN,
+            );
+            let i_err = slot(
+                &mut fds,
+                ends.stderr.as_ref().map(|f| f.as_fd()),
+                PollFlags::POLLIN,
+            );
+            let i_in = slot(
+                &mut fds,
+                ends.stdin
+                    .as_ref()
+                    .filter(|_| !backlog.is_empty())
+                    .map(|f| f.as_fd()),
+                PollFlags::POLLOUT,
+            );
+            let i_ses = slot(
+                &mut fds,
+                session.as_ref().map(|s| s.fd()),
+                PollFlags::POLLIN,
+            );
+            let wait = if done { DRAIN } else { Duration::from_secs(60) };
+            let n = poll(
+                &mut fds,
+                PollTimeout::try_from(wait).unwrap_or(PollTimeout::MAX),
+            )
+            .map_err(io::Error::from)?;
+            let hit = |i: Option<usize>| {
+                i.and_then(|i| fds[i].revents())
+                    .is_some_and(|r| !r.is_empty())
+            };
+            (
+                [hit(i_sock), hit(i_out), hit(i_err), hit(i_in), hit(i_ses)],
+                n,
+            )
+        };
+        if n == 0 {
+            if done {
+                break;
+            }
+            if last_activity.elapsed() >= IDLE_TIMEOUT {
+                return Err(io::ErrorKind::TimedOut.into());
+            }
+            continue;
+        }
+        last_activity = Instant::now();
+        let [sock, out, err, inp, ses] = ready;
+        if sock && !conn.fill()? {
+            // The client has gone: dropping the session kills the command.
+            return Err(io::ErrorKind::ConnectionAborted.into());
+        }
+        for (ready, end, id) in [
+            (out, &mut ends.stdout, streams.stdout),
+            (err, &mut ends.stderr, streams.stderr),
+        ] {
+            if !ready {
+                continue;
+            }
+            let Some(fd) = end.as_ref() else { continue };
+            let n = match nix::unistd::read(fd, &mut buf) {
+                Ok(n) => n,
+                Err(nix::errno::Errno::EAGAIN) => continue,
+                // EIO: a terminal whose every other side has closed.
+                Err(_) => 0,
+            };
+            if let Some(id) = id {
+                if n == 0 {
+                    conn.send(&spdy::data(id, true, b""))?;
+                } else {
+                    conn.send(&spdy::data(id, false, &buf[..n]))?;
+                }
+            }
+            if n == 0 {
+                *end = None;
+            }
+        }
+        if inp && let Some(fd) = ends.stdin.as_ref() {
+            match nix::unistd::write(fd, &backlog) {
+                Ok(n) => {
+                    backlog.drain(..n);
+                }
+                Err(nix::errno::Errno::EAGAIN) => {}
+                // The command closed its stdin: what the client sends goes nowhere.
+                Err(_) => {
+                    backlog.clear();
+                    ends.stdin = None;
+                }
+            }
+        }
+        if ses && let Some(s) = session.take() {
+            result = Some(s.wait().map_err(|e| e.to_string()));
+            ends.stdin = None;
+            ends.terminal = None;
+        }
+    }
+    Ok(result.unwrap_or_else(|| Err("the command's result was lost".into())))
+}
+
+/// Adds `fd` (when there is one) to the poll set; its index.
+fn slot<'a>(
+    fds: &mut Vec<PollFd<'a>>,
+    fd: Option<std::os::fd::BorrowedFd<'a>>,
+    flags: PollFlags,
+) -> Option<usize> {
+    fd.map(|fd| {
+        fds.push(PollFd::new(fd, flags));
+        fds.len() - 1
+    })
+}
+
+/// The end of a session: the output streams closed, then the status on the error stream.
+fn finish(conn: &mut Conn<'_>, streams: &Streams, status: &[u8]) -> io::Result<()> {
+    if let Some(id) = streams.error {
+        if !status.is_empty() {
+            conn.send(&spdy::data(id, false, status))?;
+        }
+        conn.send(&spdy::data(id, true, b""))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(q: &str, protos: &[&str]) -> Request {
+        let mut head = format!("POST /exec/default/web/main?{q} HTTP/1.1\r\n");
+        for p in protos {
+            head.push_str(&format!("X-Stream-Protocol-Version: {p}\r\n"));
+        }
+        head.push_str("\r\n");
+        http::parse_head(head.as_bytes()).unwrap().unwrap().0
+    }
+
+    #[test]
+    fn options_follow_the_kubelet() {
+        let r = req(
+            "command=sh&command=-c&command=echo+hi&stdin=1&stdout=true&tty=0",
+            &[],
+        );
+        assert_eq!(
+            options(&r).unwrap(),
+            Options {
+                command: vec!["sh".into(), "-c".into(), "echo hi".into()],
+                stdin: true,
+                stdout: true,
+                stderr: false,
+                tty: false
+            }
+        );
+        let kubelet = options(&req("command=ls&output=1&error=1", &[])).unwrap();
+        assert!(kubelet.stdout && kubelet.stderr && !kubelet.stdin);
+        assert!(options(&req("stdout=1", &[])).is_err());
+        assert!(options(&req("command=ls", &[])).is_err());
+    }
+
+    #[test]
+    fn the_newest_common_protocol_is_spoken() {
+        let r = req("", &["v4.channel.k8s.io", "v3.channel.k8s.io"]);
+        assert_eq!(negotiate(&r), Some("v4.channel.k8s.io"));
+        let r = req("", &["v5.channel.k8s.io, v2.channel.k8s.io"]);
+        assert_eq!(negotiate(&r), Some("v2.channel.k8s.io"));
+        assert_eq!(negotiate(&req("", &["channel.k8s.io"])), None);
+    }
+
+    #[test]
+    fn the_status_kubectl_reads() {
+        let argv = ["sh".to_string()];
+        let v4 = PROTOCOLS[0];
+        let ok: serde_json::Value =
+            serde_json::from_slice(&status_message(v4, &argv, &Ok(Exit::Code(0)))).unwrap();
+        assert_eq!(ok, serde_json::json!({"metadata": {}, "status": "Success"}));
+        let three: serde_json::Value =
+            serde_json::from_slice(&status_message(v4, &argv, &Ok(Exit::Code(3)))).unwrap();
+        assert_eq!(three["status"], "Failure");
+        assert_eq!(three["reason"], "NonZeroExitCode");
+        assert_eq!(
+            three["details"]["causes"][0],
+            serde_json::json!({"reason": "ExitCode", "message": "3"})
+        );
+        let killed: serde_json::Value =
+            serde_json::from_slice(&status_message(v4, &argv, &Ok(Exit::Signal(9)))).unwrap();
+        assert_eq!(killed["details"]["causes"][0]["message"], "137");
+        assert!(status_message(PROTOCOLS[1], &argv, &Ok(Exit::Code(0))).is_empty());
+        let v3 =
+            String::from_utf8(status_message(PROTOCOLS[1], &argv, &Ok(Exit::Code(2)))).unwrap();
+        assert!(v3.contains("exit code 2"), "{v3}");
+        let err: serde_json::Value =
+            serde_json::from_slice(&status_message(v4, &argv, &Err("boom".into()))).unwrap();
+        assert_eq!(err["reason"], "InternalError");
+    }
+}
