@@ -11,7 +11,7 @@
 //!
 //! With valgrind on PATH, one more run per count under callgrind gives the instructions per pod,
 //! the measure that holds still on a busy machine (`BENCH_CALLGRIND=0` skips it; by default it
-//! runs up to 1000 pods).
+//! runs up to 1000 pods). `BENCH_KEEP=1` leaves the manifests in place, for a profiler.
 
 mod manifest;
 mod rusage;
@@ -56,7 +56,12 @@ fn main() -> ExitCode {
     let work = std::env::temp_dir().join(&tag);
     let out = out_base().join(&tag);
     let result = run_all(&generator, &counts, &work, &out);
-    let _ = std::fs::remove_dir_all(&work);
+    // BENCH_KEEP=1 keeps the manifests (and caches) for a profiler to run the generator on.
+    if std::env::var_os("BENCH_KEEP").is_some_and(|v| v == "1") {
+        eprintln!("podunit-bench: kept {}", work.display());
+    } else {
+        let _ = std::fs::remove_dir_all(&work);
+    }
     let _ = std::fs::remove_dir_all(&out);
     match result {
         Ok(()) => ExitCode::SUCCESS,

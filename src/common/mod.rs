@@ -1,5 +1,5 @@
 //! Small pure basics every program shares: the node configuration and policy, host paths,
-//! quantities, time formats, problem reports and the generator's parallel map.
+//! quantities, time formats, problem reports, the generator's parallel map and string building.
 
 pub mod atomicfile;
 pub mod config;
@@ -8,4 +8,5 @@ pub mod parallel;
 pub mod paths;
 pub mod policy;
 pub mod quantity;
+pub mod text;
 pub mod timefmt;

@@ -64,7 +64,12 @@ fn parse_scaled(q: &str, scale: i32) -> Result<u64, QuantityError> {
     }
     // The significant digits as an integer `m`, the value being m * 10^e * 1024^pow1024. More
     // than 20 digits cannot matter but for rounding up: the ones dropped are remembered.
-    let digits = format!("{int}{frac}");
+    // `int` and `frac` side by side, on the stack (`s` is at most 64 bytes): this runs for every
+    // quantity of every pod.
+    let mut buf = [0u8; 64];
+    buf[..int.len()].copy_from_slice(int.as_bytes());
+    buf[int.len()..int.len() + frac.len()].copy_from_slice(frac.as_bytes());
+    let digits = std::str::from_utf8(&buf[..int.len() + frac.len()]).map_err(|_| err())?;
     let digits = digits.trim_start_matches('0');
     let kept = &digits[..digits.len().min(20)];
     let dropped = digits[kept.len()..].bytes().any(|b| b != b'0');

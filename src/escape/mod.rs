@@ -37,6 +37,7 @@
 pub mod parse;
 
 use std::fmt;
+use std::fmt::Write as _;
 
 /// systemd reads unit files line by line and fails a unit with a line over 1 MiB (LONG_LINE_MAX);
 /// keep room for the key.
@@ -239,12 +240,22 @@ fn check_env_name(name: &str) -> Result<(), EscapeError> {
     }
 }
 
-fn check_len(s: String) -> Result<String, EscapeError> {
-    if s.len() > MAX_VALUE_LEN {
-        Err(EscapeError::TooLong(s.len()))
+/// Refuses a value (what was appended to `out` from `start` on) too long for a unit file line.
+fn check_len_from(out: &str, start: usize) -> Result<(), EscapeError> {
+    let n = out.len() - start;
+    if n > MAX_VALUE_LEN {
+        Err(EscapeError::TooLong(n))
     } else {
-        Ok(s)
+        Ok(())
     }
+}
+
+/// A `push_*` encoder's result as its own string: the encoders append to a unit's text as it is
+/// rendered (no string per value), and these wrappers give the same text on its own.
+fn owned(push: impl FnOnce(&mut String) -> Result<(), EscapeError>) -> Result<String, EscapeError> {
+    let mut out = String::new();
+    push(&mut out)?;
+    Ok(out)
 }
 
 /// What systemd's `unichar_is_valid()` refuses, beyond what a Rust `char` already excludes.
@@ -273,6 +284,13 @@ fn is_control(c: char) -> bool {
 /// Appends `s` for the inside of a `"`-quoted word of a C-unescaping syntax (command lines,
 /// `Environment=`, `LogExtraFields=`). `dollar` doubles `$` for command lines.
 fn push_c_quoted(out: &mut String, s: &str, dollar: bool) -> Result<(), EscapeError> {
+    // Most values are printable ASCII with nothing to escape: copied at once.
+    if s.bytes()
+        .all(|b| (0x20..0x7f).contains(&b) && !matches!(b, b'\\' | b'"' | b'%' | b'$'))
+    {
+        out.push_str(s);
+        return Ok(());
+    }
     for c in s.chars() {
         check_char(c)?;
         match c {
@@ -283,9 +301,11 @@ fn push_c_quoted(out: &mut String, s: &str, dollar: bool) -> Result<(), EscapeEr
             '%' => out.push_str("%%"),
             '$' if dollar => out.push_str("$$"),
             c if (c as u32) < 0x80 && is_control(c) => {
-                out.push_str(&format!("\\x{:02x}", c as u32));
+                let _ = write!(out, "\\x{:02x}", c as u32);
             }
-            c if is_control(c) => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c if is_control(c) => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
             c => out.push(c),
         }
     }
@@ -331,6 +351,12 @@ fn check_executable(exe: &str) -> Result<(), EscapeError> {
 /// text. Every argument is double-quoted, so empty arguments survive and `;` never separates
 /// commands.
 pub fn exec_line(argv: &[Arg]) -> Result<String, EscapeError> {
+    owned(|out| push_exec_line(out, argv))
+}
+
+/// [`exec_line`], appended to `out` (which holds something else on error).
+pub fn push_exec_line(out: &mut String, argv: &[Arg]) -> Result<(), EscapeError> {
+    let start = out.len();
     let (exe, args) = argv.split_first().ok_or(EscapeError::EmptyCommand)?;
     let exe = match exe.0.as_slice() {
         [] => "",
@@ -341,15 +367,14 @@ pub fn exec_line(argv: &[Arg]) -> Result<String, EscapeError> {
         _ => return Err(EscapeError::InvalidExecutable),
     };
     check_executable(exe)?;
-    let mut out = String::new();
     out.push('"');
-    push_c_quoted(&mut out, exe, false)?;
+    push_c_quoted(out, exe, false)?;
     out.push('"');
     for arg in args {
         out.push_str(" \"");
         for piece in &arg.0 {
             match piece {
-                Piece::Text(t) => push_c_quoted(&mut out, t, true)?,
+                Piece::Text(t) => push_c_quoted(out, t, true)?,
                 Piece::Var(name) => {
                     check_env_name(name)?;
                     out.push_str("${");
@@ -360,7 +385,7 @@ pub fn exec_line(argv: &[Arg]) -> Result<String, EscapeError> {
         }
         out.push('"');
     }
-    check_len(out)
+    check_len_from(out, start)
 }
 
 /// [`exec_line`] for an argv of literal strings.
@@ -369,41 +394,57 @@ pub fn exec_line_literal<S: AsRef<str>>(argv: &[S]) -> Result<String, EscapeErro
     exec_line(&argv)
 }
 
-fn quoted_assignment(name: &str, value: &str) -> Result<String, EscapeError> {
-    let mut out = String::with_capacity(name.len() + value.len() + 4);
+fn push_quoted_assignment(out: &mut String, name: &str, value: &str) -> Result<(), EscapeError> {
+    let start = out.len();
     out.push('"');
     out.push_str(name);
     out.push('=');
-    push_c_quoted(&mut out, value, false)?;
+    push_c_quoted(out, value, false)?;
     out.push('"');
-    check_len(out)
+    check_len_from(out, start)
 }
 
 /// One `"NAME=value"` word for `Environment=` (several may share a line, separated by spaces).
 /// systemd takes `$` literally here; `\` and control characters are C-escaped.
 pub fn environment_assignment(name: &str, value: &str) -> Result<String, EscapeError> {
+    owned(|out| push_environment_assignment(out, name, value))
+}
+
+/// [`environment_assignment`], appended to `out`.
+pub fn push_environment_assignment(
+    out: &mut String,
+    name: &str,
+    value: &str,
+) -> Result<(), EscapeError> {
     check_env_name(name)?;
-    quoted_assignment(name, value)
+    push_quoted_assignment(out, name, value)
 }
 
 /// One `"FIELD=value"` word for `LogExtraFields=`.
 pub fn log_extra_field(name: &str, value: &str) -> Result<String, EscapeError> {
+    owned(|out| push_log_extra_field(out, name, value))
+}
+
+/// [`log_extra_field`], appended to `out`.
+pub fn push_log_extra_field(out: &mut String, name: &str, value: &str) -> Result<(), EscapeError> {
     if !is_log_field_name(name) {
         return Err(EscapeError::InvalidLogFieldName(name.to_string()));
     }
-    quoted_assignment(name, value)
+    push_quoted_assignment(out, name, value)
 }
 
 /// A single-string value for keys parsed without quoting or escapes (see the module table):
 /// only `%` needs encoding; what cannot be represented is refused.
 pub fn plain(s: &str) -> Result<String, EscapeError> {
-    s.chars().try_for_each(check_char)?;
-    if let Some(c) = s.chars().find(|&c| is_control(c)) {
-        return Err(if c == '\0' {
-            EscapeError::Nul
-        } else {
-            EscapeError::ControlChar(c)
-        });
+    owned(|out| push_plain(out, s))
+}
+
+/// [`plain`], appended to `out`.
+pub fn push_plain(out: &mut String, s: &str) -> Result<(), EscapeError> {
+    // Printable ASCII holds no NUL, control or noncharacter: only the checks below apply.
+    let printable = s.bytes().all(|b| (0x20..0x7f).contains(&b));
+    if !printable {
+        check_plain_chars(s)?;
     }
     // systemd strips WHITESPACE (" \t\n\r"); tabs and newlines are already refused above.
     if s.starts_with(' ') || s.ends_with(' ') {
@@ -412,7 +453,30 @@ pub fn plain(s: &str) -> Result<String, EscapeError> {
     if s.ends_with('\\') {
         return Err(EscapeError::TrailingBackslash);
     }
-    check_len(s.replace('%', "%%"))
+    let start = out.len();
+    if !s.contains('%') {
+        out.push_str(s);
+    } else {
+        for (i, part) in s.split('%').enumerate() {
+            if i > 0 {
+                out.push_str("%%");
+            }
+            out.push_str(part);
+        }
+    }
+    check_len_from(out, start)
+}
+
+fn check_plain_chars(s: &str) -> Result<(), EscapeError> {
+    s.chars().try_for_each(check_char)?;
+    if let Some(c) = s.chars().find(|&c| is_control(c)) {
+        return Err(if c == '\0' {
+            EscapeError::Nul
+        } else {
+            EscapeError::ControlChar(c)
+        });
+    }
+    Ok(())
 }
 
 /// Checks that `p` is an absolute path that systemd keeps as it is (no simplification).
@@ -435,15 +499,24 @@ pub fn check_path(p: &str) -> Result<(), EscapeError> {
 
 /// An absolute path for the single-path keys of the module table (`WorkingDirectory=`, ...).
 pub fn path(p: &str) -> Result<String, EscapeError> {
+    owned(|out| push_path(out, p))
+}
+
+/// [`path`], appended to `out`.
+pub fn push_path(out: &mut String, p: &str) -> Result<(), EscapeError> {
     check_path(p)?;
-    plain(p)
+    push_plain(out, p)
 }
 
 /// One `"`-quoted path word for `BindPaths=`-style lists: `\` and `"` are backslash-escaped (the
 /// next character is taken literally), `%` doubled; `:` and spaces are safe inside the quotes.
 pub fn path_word(p: &str) -> Result<String, EscapeError> {
+    owned(|out| push_path_word(out, p))
+}
+
+fn push_path_word(out: &mut String, p: &str) -> Result<(), EscapeError> {
     check_path(p)?;
-    let mut out = String::with_capacity(p.len() + 2);
+    let start = out.len();
     out.push('"');
     for c in p.chars() {
         match c {
@@ -457,15 +530,22 @@ pub fn path_word(p: &str) -> Result<String, EscapeError> {
         }
     }
     out.push('"');
-    check_len(out)
+    check_len_from(out, start)
 }
 
 /// One `"source":"destination"` entry for `BindPaths=` / `BindReadOnlyPaths=` (recursive bind,
 /// the default).
 pub fn bind_path(source: &str, destination: &str) -> Result<String, EscapeError> {
-    let s = path_word(source)?;
-    let d = path_word(destination)?;
-    check_len(format!("{s}:{d}"))
+    owned(|out| push_bind_path(out, source, destination))
+}
+
+/// [`bind_path`], appended to `out`.
+pub fn push_bind_path(out: &mut String, src: &str, dst: &str) -> Result<(), EscapeError> {
+    let start = out.len();
+    push_path_word(out, src)?;
+    out.push(':');
+    push_path_word(out, dst)?;
+    check_len_from(out, start)
 }
 
 /// One line (with its `\n`) of a file read through `EnvironmentFile=`, which systemd parses back to

@@ -677,21 +677,22 @@ fn check_resources(
 ) {
     for (field, map) in [("limits", &r.limits), ("requests", &r.requests)] {
         for (k, q) in map.iter().flatten() {
-            let qp = p.field(field).key(k);
+            // The path is built only for a problem: this runs for every quantity of every pod.
+            let qp = || p.field(field).key(k);
             let res = match k.as_str() {
                 "cpu" => quantity::cpu_millis(&q.0).map(|_| ()),
                 "memory" | "ephemeral-storage" => quantity::bytes(&q.0).map(|_| ()),
                 _ if k.starts_with("hugepages-") => {
-                    c.err(&qp, "hugepages are not supported");
+                    c.err(&qp(), "hugepages are not supported");
                     continue;
                 }
                 _ => {
-                    c.warn(&qp, format!("resource {k:?} is ignored"));
+                    c.warn(&qp(), format!("resource {k:?} is ignored"));
                     continue;
                 }
             };
             if let Err(e) = res {
-                c.err(&qp, e.to_string());
+                c.err(&qp(), e.to_string());
             }
         }
     }

@@ -5,6 +5,7 @@ use super::imagerun::{self, ArgSource, ImageUser};
 use super::volumes::{self, Ownership};
 use super::{Fault, NodeFacts, env, resources, security};
 use crate::common::paths::Paths;
+use crate::common::text::concat;
 use crate::escape::Arg;
 use crate::manifest::PodEntry;
 use crate::translate::naming;
@@ -24,6 +25,8 @@ pub struct PodContext<'a> {
     pub pod_unit: &'a str,
     pub slice: &'a str,
     pub plan: &'a PodPlan,
+    /// The manifest's path as units name it (`SourcePath=`, the header).
+    pub source: &'a str,
 }
 
 pub struct Built {
@@ -161,10 +164,10 @@ fn one(
     let mut warnings = Vec::new();
     let unit_name = naming::container_service(ns, pod_name, &c.name);
     let mut u = UnitFile::new(unit_name);
-    u.header = super::header(&entry.file.display().to_string());
+    u.header = super::header(ctx.source);
 
-    let env_path = format!("{}/{uid}/env/{}.env", Paths::RUNTIME, c.name);
-    let cenv = match env::container_env(&entry.pod, c, ctx.node, &env_path, path) {
+    let env_path = concat(&[Paths::RUNTIME, "/", uid, "/env/", &c.name, ".env"]);
+    let mut cenv = match env::container_env(&entry.pod, c, ctx.node, &env_path, path) {
         Ok(e) => e,
         Err(f) => return Err(vec![f]),
     };
@@ -178,13 +181,13 @@ fn one(
     };
     un.add(
         "Description",
-        Value::Plain(format!("{what} {} of pod {ns}/{pod_name}", c.name)),
+        Value::Plain(concat(&[what, " ", &c.name, " of pod ", ns, "/", pod_name])),
     );
-    un.add("SourcePath", Value::Path(entry.file.display().to_string()));
-    un.trusted("Requires", ctx.pod_unit);
-    un.trusted("After", ctx.pod_unit);
+    un.add("SourcePath", Value::Path(ctx.source.to_string()));
+    un.trusted("Requires", ctx.pod_unit.to_string());
+    un.trusted("After", ctx.pod_unit.to_string());
     // Stopping or restarting the pod stops or restarts every container; not the other way round.
-    un.trusted("PartOf", ctx.pod_unit);
+    un.trusted("PartOf", ctx.pod_unit.to_string());
     for (prev, sidecar) in before {
         // A failed init container blocks what follows it; a sidecar's restart does not stop it.
         un.trusted(if *sidecar { "Wants" } else { "Requires" }, prev.clone());
@@ -192,10 +195,10 @@ fn one(
     }
     let private_net = ctx.node.private_network && spec.host_network != Some(true);
     // The pod's IPC namespace (and network, /tmp): see the pod unit.
-    un.trusted("JoinsNamespaceOf", ctx.pod_unit);
+    un.trusted("JoinsNamespaceOf", ctx.pod_unit.to_string());
     // Never give up restarting (kubelet semantics): no start rate limit.
     un.trusted("StartLimitIntervalSec", "0");
-    un.add("X-PodunitPod", Value::Plain(format!("{ns}/{pod_name}")));
+    un.add("X-PodunitPod", Value::Plain(concat(&[ns, "/", pod_name])));
     un.add("X-PodunitContainer", Value::Plain(c.name.clone()));
     un.add("X-PodunitUid", Value::Plain(uid.to_string()));
 
@@ -255,7 +258,7 @@ fn one(
         svc.trusted("RestartSteps", BACKOFF_STEPS);
         svc.trusted("RestartMaxDelaySec", BACKOFF_MAX);
     }
-    svc.trusted("Slice", ctx.slice);
+    svc.trusted("Slice", ctx.slice.to_string());
 
     // Root filesystem.
     let image_ref = c.image.as_deref().unwrap_or_default();
@@ -382,7 +385,10 @@ fn one(
         svc.add("WorkingDirectory", Value::Path(wd.to_string()));
     }
     if !cenv.static_env.is_empty() {
-        svc.add("Environment", Value::Env(cenv.static_env.clone()));
+        svc.add(
+            "Environment",
+            Value::Env(std::mem::take(&mut cenv.static_env)),
+        );
     }
     if let Some(f) = &cenv.file {
         svc.add("EnvironmentFile", Value::Path(f.path.clone()));
@@ -413,7 +419,7 @@ fn one(
     }
     // Resources.
     if let Err(f) =
-        resources::apply_container(svc, c.resources.as_ref(), &format!("{path}.resources"))
+        resources::apply_container(svc, c.resources.as_ref(), &concat(&[path, ".resources"]))
     {
         faults.push(f);
     }
@@ -490,7 +496,7 @@ fn one(
             format!("{signal:?} is not a signal"),
         )),
     }
-    svc.trusted("TimeoutStopSec", format!("{grace}s"));
+    svc.trusted("TimeoutStopSec", concat(&[&grace.to_string(), "s"]));
     if private_net {
         svc.trusted("PrivateNetwork", "yes");
     }
@@ -501,7 +507,7 @@ fn one(
     svc.trusted("SendSIGKILL", "yes");
     svc.add(
         "SyslogIdentifier",
-        Value::Plain(format!("{pod_name}/{}", c.name)),
+        Value::Plain(concat(&[pod_name, "/", &c.name])),
     );
     svc.add(
         "LogExtraFields",

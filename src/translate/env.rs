@@ -244,21 +244,21 @@ pub fn container_env(
         runtime = true;
         env.open = true;
     }
-    let mut last: BTreeMap<String, bool> = BTreeMap::new(); // name -> final definition is static
+    let mut last: BTreeMap<&str, bool> = BTreeMap::new(); // name -> final definition is static
     for (i, e) in ctr.env.as_deref().unwrap_or_default().iter().enumerate() {
         let ep = format!("{path}.env[{i}]");
         let (binding, entry) = resolve_var(pod, ctr, node, e, &env, &ep)?;
         if binding == Binding::Runtime {
             runtime = true;
         }
-        last.insert(e.name.clone(), binding != Binding::Runtime);
+        last.insert(&e.name, binding != Binding::Runtime);
         env.bindings.insert(e.name.clone(), binding);
         entries.push(entry);
     }
     let mut seen = std::collections::BTreeSet::new();
     for e in ctr.env.as_deref().unwrap_or_default().iter().rev() {
-        if last.get(&e.name) == Some(&true)
-            && seen.insert(e.name.clone())
+        if last.get(e.name.as_str()) == Some(&true)
+            && seen.insert(e.name.as_str())
             && let Some(Binding::Known(v)) = env.bindings.get(&e.name)
         {
             env.static_env.push((e.name.clone(), v.clone()));
@@ -269,7 +269,7 @@ pub fn container_env(
         let overridden = last
             .iter()
             .filter(|(_, s)| **s)
-            .map(|(n, _)| n.clone())
+            .map(|(n, _)| n.to_string())
             .collect();
         env.file = Some(EnvFilePlan {
             container: ctr.name.clone(),
@@ -291,8 +291,8 @@ fn resolve_var(
 ) -> Result<(Binding, EnvEntry), Fault> {
     let name = e.name.clone();
     let Some(vf) = &e.value_from else {
-        let raw = e.value.clone().unwrap_or_default();
-        let pieces = expand(&raw, &|n| env.lookup(n));
+        let raw = e.value.as_deref().unwrap_or_default();
+        let pieces = expand(raw, &|n| env.lookup(n));
         return Ok(match pieces.as_slice() {
             [Piece::Text(t)] => (
                 Binding::Known(t.clone()),
@@ -305,7 +305,7 @@ fn resolve_var(
                 Binding::Runtime,
                 EnvEntry::Template {
                     name,
-                    template: raw,
+                    template: raw.to_string(),
                 },
             ),
         });

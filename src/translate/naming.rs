@@ -67,13 +67,32 @@ fn build(namespace: &str, pod: &str, container: Option<&str>, suffix: &str, slic
             s.to_string()
         }
     };
-    let tail = container
-        .map(|c| format!("_{}", esc(c)))
-        .unwrap_or_default();
-    let full = format!("{PREFIX}-{}_{}{tail}{suffix}", esc(namespace), esc(pod));
+    // The usual case, built in one string of its exact length (this runs for every unit).
+    fn esc_cow(s: &str, slice: bool) -> std::borrow::Cow<'_, str> {
+        match slice && s.contains('-') {
+            true => std::borrow::Cow::Owned(slice_escape(s)),
+            false => std::borrow::Cow::Borrowed(s),
+        }
+    }
+    let (ns, p) = (esc_cow(namespace, slice), esc_cow(pod, slice));
+    let c = container.map(|c| esc_cow(c, slice));
+    let c = c.as_deref();
+    let full = crate::common::text::concat(&[
+        PREFIX,
+        "-",
+        &ns,
+        "_",
+        &p,
+        if c.is_some() { "_" } else { "" },
+        c.unwrap_or_default(),
+        suffix,
+    ]);
     if full.len() <= UNIT_NAME_MAX {
         return full;
     }
+    let tail = container
+        .map(|c| format!("_{}", esc(c)))
+        .unwrap_or_default();
     let fixed =
         PREFIX.len() + 1 + esc(namespace).len() + 1 + 1 + HASH_LEN + tail.len() + suffix.len();
     let room = UNIT_NAME_MAX.saturating_sub(fixed);

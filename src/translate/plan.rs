@@ -210,7 +210,7 @@ impl PodPlan {
 
     /// The plan's file name in [`PLAN_DIR`].
     pub fn file_name(pod_unit: &str) -> String {
-        format!("{}.json", pod_unit.trim_end_matches(".service"))
+        crate::common::text::concat(&[pod_unit.trim_end_matches(".service"), ".json"])
     }
 }
 

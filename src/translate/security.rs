@@ -98,7 +98,7 @@ fn cap_name(raw: &str, path: &str) -> Result<String, Fault> {
         return Ok("ALL".into());
     }
     if KNOWN_CAPS.contains(&bare) {
-        Ok(format!("CAP_{bare}"))
+        Ok(crate::common::text::concat(&["CAP_", bare]))
     } else {
         Err(Fault::new(
             path.to_string(),

@@ -2,12 +2,14 @@
 //! [`crate::escape`] here, chosen by the kind of key, so no caller can write raw text into a unit.
 
 use crate::escape::{self, Arg, EscapeError};
+use std::borrow::Cow;
 
 /// One value of a key, typed by the syntax systemd parses it with.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Value {
     /// Text podunit itself produced (numbers, fixed words, unit names it built): written as is.
-    Trusted(String),
+    /// Fixed words are borrowed, not copied into a string of their own.
+    Trusted(Cow<'static, str>),
     /// An untrusted single string (`Description=`, `X-*=`).
     Plain(String),
     /// An untrusted absolute path (`WorkingDirectory=`, `RootDirectory=`, `SourcePath=`, ...).
@@ -73,17 +75,31 @@ impl UnitFile {
         if let Some(i) = self.sections.iter().position(|s| s.name == name) {
             return &mut self.sections[i];
         }
+        // Room for a container's [Service] (about 50 keys) without growing it entry by entry.
+        let room = if name == "Service" { 64 } else { 16 };
         self.sections.push(Section {
             name,
-            entries: Vec::new(),
+            entries: Vec::with_capacity(room),
         });
         self.sections.last_mut().expect("just pushed")
     }
 
-    /// The unit file's text.
+    /// The unit file's text. Rendered into one buffer kept by the thread (it grows once to the
+    /// size of the largest unit) and copied out at its exact length: no string per value, no
+    /// reallocation per unit.
     pub fn render(&self) -> Result<String, RenderError> {
-        // Room for a typical unit: one allocation instead of a dozen reallocations.
-        let mut out = String::with_capacity(2048);
+        thread_local! {
+            static BUF: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+        }
+        BUF.with(|buf| {
+            let mut out = buf.borrow_mut();
+            out.clear();
+            self.render_into(&mut out)?;
+            Ok(out.as_str().to_owned())
+        })
+    }
+
+    fn render_into(&self, out: &mut String) -> Result<(), RenderError> {
         for h in &self.header {
             // Header lines are podunit's own text, but a file path may hold a newline: never let it
             // end the comment.
@@ -111,30 +127,28 @@ impl UnitFile {
                 // Assignments go one to a line: a line must stay under systemd's 1 MiB limit
                 // however many there are.
                 match value {
-                    Value::Env(pairs) if !pairs.is_empty() => {
+                    Value::Env(pairs) | Value::LogFields(pairs) if !pairs.is_empty() => {
+                        let env = matches!(value, Value::Env(_));
                         for (k, v) in pairs {
-                            let text = escape::environment_assignment(k, v).map_err(fail)?;
-                            push_line(&mut out, key, &text);
+                            start_line(out, key);
+                            if env {
+                                escape::push_environment_assignment(out, k, v)
+                            } else {
+                                escape::push_log_extra_field(out, k, v)
+                            }
+                            .map_err(fail)?;
+                            out.push('\n');
                         }
                     }
-                    Value::LogFields(pairs) if !pairs.is_empty() => {
-                        for (k, v) in pairs {
-                            let text = escape::log_extra_field(k, v).map_err(fail)?;
-                            push_line(&mut out, key, &text);
-                        }
+                    v => {
+                        start_line(out, key);
+                        push_value(out, v).map_err(fail)?;
+                        out.push('\n');
                     }
-                    Value::Trusted(text) => {
-                        debug_assert!(
-                            !text.contains(['\n', '\r']),
-                            "trusted value with a line break: {text:?}"
-                        );
-                        push_line(&mut out, key, text);
-                    }
-                    v => push_line(&mut out, key, &render_value(v).map_err(fail)?),
                 }
             }
         }
-        Ok(out)
+        Ok(())
     }
 }
 
@@ -144,42 +158,39 @@ impl Section {
         self
     }
 
-    pub fn trusted(&mut self, key: &'static str, value: impl Into<String>) -> &mut Self {
+    pub fn trusted(&mut self, key: &'static str, value: impl Into<Cow<'static, str>>) -> &mut Self {
         self.add(key, Value::Trusted(value.into()))
     }
 }
 
-fn push_line(out: &mut String, key: &str, value: &str) {
+fn start_line(out: &mut String, key: &str) {
     out.push_str(key);
     out.push('=');
-    out.push_str(value);
-    out.push('\n');
 }
 
-fn render_value(v: &Value) -> Result<String, EscapeError> {
-    Ok(match v {
+/// One value as its line holds it (an empty `Env`/`LogFields` is the empty reset line).
+fn push_value(out: &mut String, v: &Value) -> Result<(), EscapeError> {
+    match v {
         Value::Trusted(s) => {
             debug_assert!(
                 !s.contains(['\n', '\r']),
                 "trusted value with a line break: {s:?}"
             );
-            s.clone()
+            out.push_str(s);
+            Ok(())
         }
-        Value::Plain(s) => escape::plain(s)?,
-        Value::Path(p) => escape::path(p)?,
-        Value::Exec(argv) => escape::exec_line(argv)?,
-        Value::PrivilegedExec(argv) => format!("+{}", escape::exec_line(argv)?),
-        Value::Env(pairs) => pairs
-            .iter()
-            .map(|(k, v)| escape::environment_assignment(k, v))
-            .collect::<Result<Vec<_>, _>>()?
-            .join(" "),
-        Value::LogFields(pairs) => pairs
-            .iter()
-            .map(|(k, v)| escape::log_extra_field(k, v))
-            .collect::<Result<Vec<_>, _>>()?
-            .join(" "),
-        Value::Bind(src, dst) => escape::bind_path(src, dst)?,
-        Value::OptionalBind(src, dst) => format!("-{}", escape::bind_path(src, dst)?),
-    })
+        Value::Plain(s) => escape::push_plain(out, s),
+        Value::Path(p) => escape::push_path(out, p),
+        Value::Exec(argv) => escape::push_exec_line(out, argv),
+        Value::PrivilegedExec(argv) => {
+            out.push('+');
+            escape::push_exec_line(out, argv)
+        }
+        Value::Env(_) | Value::LogFields(_) => Ok(()),
+        Value::Bind(src, dst) => escape::push_bind_path(out, src, dst),
+        Value::OptionalBind(src, dst) => {
+            out.push('-');
+            escape::push_bind_path(out, src, dst)
+        }
+    }
 }

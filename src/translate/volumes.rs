@@ -4,6 +4,7 @@
 use super::{Fault, NodeFacts};
 use crate::common::paths::Paths;
 use crate::common::quantity;
+use crate::common::text::concat;
 use crate::translate::plan::{FileSource, KeyFile, VolumeKind, VolumePlan};
 use k8s_openapi::api::core::v1::{Container, KeyToPath, Pod, Volume, VolumeMount};
 
@@ -74,8 +75,8 @@ pub fn plan(
     path: &str,
 ) -> Result<VolumePlan, Fault> {
     let uid = pod.metadata.uid.as_deref().unwrap_or_default();
-    let state = format!("{}/{uid}/volumes/{}", Paths::STATE, v.name);
-    let runtime = format!("{}/{uid}/volumes/{}", Paths::RUNTIME, v.name);
+    let state = concat(&[Paths::STATE, "/", uid, "/volumes/", &v.name]);
+    let runtime = concat(&[Paths::RUNTIME, "/", uid, "/volumes/", &v.name]);
     let files = |sources: Vec<FileSource>, mode: u32| VolumeKind::Files {
         sources,
         uid: owner.uid,
@@ -298,7 +299,7 @@ pub fn binds(ctr: &Container, plans: &[VolumePlan], path: &str) -> Result<Vec<Bi
         let mut source = plan.path.clone();
         let sub = m.sub_path.as_deref().filter(|s| !s.is_empty());
         if let Some(sp) = sub {
-            source = format!("{}/{}", source.trim_end_matches('/'), sp.trim_matches('/'));
+            source = concat(&[source.trim_end_matches('/'), "/", sp.trim_matches('/')]);
         }
         // The kubelet always mounts configMap, secret, downwardAPI and projected volumes read-only.
         let always_ro = matches!(plan.kind, VolumeKind::Files { .. });
