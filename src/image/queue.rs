@@ -63,7 +63,8 @@ pub enum State {
 struct Failure {
     count: u32,
     message: String,
-    at: Instant,
+    /// When `ErrImagePull` was first shown for it.
+    shown: Option<Instant>,
     retry_at: Instant,
 }
 
@@ -107,14 +108,20 @@ impl PullQueue {
     }
 
     /// What `key` shows at `now`; `None`: nothing under way and no back-off, a pull may start.
-    pub fn state(&self, key: &str, now: Instant) -> Option<State> {
+    /// A failure shows as `ErrImagePull` for `RESYNC_AFTER_FAILURE` from the first time it is
+    /// asked for, however late that is: a slow pass must not go straight to `ImagePullBackOff`.
+    pub fn state(&mut self, key: &str, now: Instant) -> Option<State> {
         if self.in_flight.contains(key) {
             return Some(State::Pulling);
         }
-        match self.failures.get(key) {
-            Some(f) if now < f.at + RESYNC_AFTER_FAILURE => Some(State::Failed(f.message.clone())),
-            Some(f) if now < f.retry_at => Some(State::BackOff),
-            _ => None,
+        let f = self.failures.get_mut(key)?;
+        let shown = *f.shown.get_or_insert(now);
+        if now < shown + RESYNC_AFTER_FAILURE {
+            Some(State::Failed(f.message.clone()))
+        } else if now < f.retry_at {
+            Some(State::BackOff)
+        } else {
+            None
         }
     }
 
@@ -145,7 +152,7 @@ impl PullQueue {
                     Failure {
                         count,
                         message: message.clone(),
-                        at: now,
+                        shown: None,
                         retry_at: now + wait,
                     },
                 );
@@ -175,7 +182,9 @@ impl PullQueue {
             .filter(|(k, _)| wanted(k) && !self.in_flight.contains(*k))
             .flat_map(|(_, f)| {
                 due |= f.retry_at <= now;
-                [f.at + RESYNC_AFTER_FAILURE, f.retry_at]
+                [f.shown.map(|t| t + RESYNC_AFTER_FAILURE), Some(f.retry_at)]
+                    .into_iter()
+                    .flatten()
             })
             .filter(|t| *t > now)
             .min();
@@ -215,6 +224,25 @@ mod tests {
     }
 
     #[test]
+    fn a_failure_asked_for_late_still_shows_err_image_pull_first() {
+        let (tx, _rx) = mpsc::channel();
+        let mut q = PullQueue::with_sender(tx);
+        q.request(Request {
+            key: "k".into(),
+            image: "busybox".into(),
+            keyring: Keyring::default(),
+        });
+        q.finished("k", &Err("denied".into()));
+        // The first look comes after what would have been the whole ErrImagePull window.
+        let late = Instant::now() + 3 * RESYNC_AFTER_FAILURE;
+        assert_eq!(q.state("k", late), Some(State::Failed("denied".into())));
+        assert_eq!(
+            q.state("k", late + RESYNC_AFTER_FAILURE),
+            Some(State::BackOff)
+        );
+    }
+
+    #[test]
     fn states_follow_requests_failures_and_back_off() {
         let (tx, rx) = mpsc::channel();
         let mut q = PullQueue::with_sender(tx);
@@ -238,6 +266,11 @@ mod tests {
         );
         let later = now + RESYNC_AFTER_FAILURE;
         assert_eq!(q.state("u_busybox", later), Some(State::BackOff));
+        assert_eq!(
+            q.next_deadline(|k| k == "u_busybox"),
+            Some(later),
+            "the turn to back-off is the next change"
+        );
         assert!(q.next_deadline(|k| k == "u_busybox").is_some());
         assert_eq!(q.next_deadline(|_| false), None);
         assert_eq!(q.state("u_busybox", now + BACKOFF_INITIAL), None);

@@ -105,7 +105,7 @@ impl Worker {
                 continue;
             }
             let key = format!("{uid}_{reference}");
-            let state = match self.pulls.as_ref() {
+            let state = match self.pulls.as_mut() {
                 Some(q) => q.state(&key, now),
                 None => Some(State::Failed("podunit-sync has no image pull queue".into())),
             };
