@@ -337,6 +337,13 @@ spec:
     }
     let head = m.sh_ok("podunit status | head -1");
     assert_eq!(head.lines().count(), 1, "{head}");
+    // The packaged unit lets podunit-sync keep the parsed-manifest cache the generator reads.
+    let journal = m.sh_ok("journalctl -b --no-pager -o cat -u podunit-sync.service");
+    assert!(
+        journal.contains("parsed-manifest cache: 1 written")
+            && !journal.contains("parsed-manifest cache /"),
+        "podunit-sync could not write its cache:\n{journal}"
+    );
 }
 
 #[test]
