@@ -29,7 +29,7 @@ pub fn objects(text: &str) -> Option<Vec<Object>> {
 /// elements (a `Container` is about 1 KB, a `Volume` 1.6 KB) are moved into lists of their exact
 /// length, as the `Value` path's exact lengths left them. With a thousand pods held at once, that
 /// is the peak memory. (A moved list, not `shrink_to_fit`: allocators shrink a block in place.)
-fn compact(mut pod: Pod) -> Pod {
+fn compact(pod: &mut Pod) {
     if let Some(spec) = pod.spec.as_mut() {
         for c in spec
             .init_containers
@@ -46,7 +46,6 @@ fn compact(mut pod: Pod) -> Pod {
         exact_opt(&mut spec.init_containers);
         exact_opt(&mut spec.volumes);
     }
-    pod
 }
 
 fn exact<T>(v: &mut Vec<T>) {
@@ -67,7 +66,12 @@ fn exact_opt<T>(v: &mut Option<Vec<T>>) {
 pub fn object(doc: &str) -> Option<Object> {
     let head = head(doc)?;
     match (head.api_version.as_str(), head.kind.as_str()) {
-        ("v1", "Pod") => typed::<Pod>(doc).map(|p| Object::Pod(Box::new(compact(p)))),
+        // Boxed first and made compact in place: a Pod is a few KB, each move a copy of it.
+        ("v1", "Pod") => typed::<Pod>(doc).map(|p| {
+            let mut pod = Box::new(p);
+            compact(&mut pod);
+            Object::Pod(pod)
+        }),
         ("v1", "ConfigMap") => typed::<ConfigMap>(doc).map(|c| Object::ConfigMap(Box::new(c))),
         ("v1", "Secret") => typed::<Secret>(doc).map(|s| Object::Secret(Box::new(s))),
         _ => None,
@@ -170,9 +174,7 @@ fn push_line(s: &mut String, line: &str) {
 /// `value` of type `T`, if it deserializes from `doc` with no field left unknown.
 fn typed<T: DeserializeOwned>(doc: &str) -> Option<T> {
     let mut de = serde_json::Deserializer::from_str(doc);
-    let mut unknown = false;
-    let mut record = |_: serde_ignored::Path<'_>| unknown = true;
-    let value = T::deserialize(serde_ignored::Deserializer::new(&mut de, &mut record)).ok()?;
+    let (value, unknown) = super::unknown::deserialize::<T, _>(&mut de).ok()?;
     de.end().ok()?;
     (!unknown).then_some(value)
 }

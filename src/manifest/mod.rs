@@ -8,6 +8,7 @@ pub mod fast;
 pub mod parse;
 pub mod placement;
 pub mod typeerr;
+mod unknown;
 pub mod validate;
 
 use crate::common::diag::Problem;

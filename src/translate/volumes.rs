@@ -23,17 +23,87 @@ pub const SUPPORTED: &[&str] = &[
     "projected",
 ];
 
+/// The volume sources `v` sets, by their API names, in the API's (alphabetical) order.
+///
+/// Every field is named, so a k8s-openapi that adds a source does not compile until it is listed
+/// here: a source podunit does not know can never pass as no source at all.
+fn source_keys(v: &Volume) -> Vec<&'static str> {
+    let Volume {
+        name: _,
+        aws_elastic_block_store,
+        azure_disk,
+        azure_file,
+        cephfs,
+        cinder,
+        config_map,
+        csi,
+        downward_api,
+        empty_dir,
+        ephemeral,
+        fc,
+        flex_volume,
+        flocker,
+        gce_persistent_disk,
+        git_repo,
+        glusterfs,
+        host_path,
+        image,
+        iscsi,
+        nfs,
+        persistent_volume_claim,
+        photon_persistent_disk,
+        portworx_volume,
+        projected,
+        quobyte,
+        rbd,
+        scale_io,
+        secret,
+        storageos,
+        vsphere_volume,
+    } = v;
+    [
+        ("awsElasticBlockStore", aws_elastic_block_store.is_some()),
+        ("azureDisk", azure_disk.is_some()),
+        ("azureFile", azure_file.is_some()),
+        ("cephfs", cephfs.is_some()),
+        ("cinder", cinder.is_some()),
+        ("configMap", config_map.is_some()),
+        ("csi", csi.is_some()),
+        ("downwardAPI", downward_api.is_some()),
+        ("emptyDir", empty_dir.is_some()),
+        ("ephemeral", ephemeral.is_some()),
+        ("fc", fc.is_some()),
+        ("flexVolume", flex_volume.is_some()),
+        ("flocker", flocker.is_some()),
+        ("gcePersistentDisk", gce_persistent_disk.is_some()),
+        ("gitRepo", git_repo.is_some()),
+        ("glusterfs", glusterfs.is_some()),
+        ("hostPath", host_path.is_some()),
+        ("image", image.is_some()),
+        ("iscsi", iscsi.is_some()),
+        ("nfs", nfs.is_some()),
+        ("persistentVolumeClaim", persistent_volume_claim.is_some()),
+        ("photonPersistentDisk", photon_persistent_disk.is_some()),
+        ("portworxVolume", portworx_volume.is_some()),
+        ("projected", projected.is_some()),
+        ("quobyte", quobyte.is_some()),
+        ("rbd", rbd.is_some()),
+        ("scaleIO", scale_io.is_some()),
+        ("secret", secret.is_some()),
+        ("storageos", storageos.is_some()),
+        ("vsphereVolume", vsphere_volume.is_some()),
+    ]
+    .into_iter()
+    .filter_map(|(key, set)| set.then_some(key))
+    .collect()
+}
+
 /// The one source a volume uses, or the field that makes it unusable here.
 pub fn kind_of(v: &Volume) -> Result<String, (String, String)> {
-    // The serialized keys are exactly the API's field names, whatever k8s-openapi version.
-    let value = serde_json::to_value(v).unwrap_or_default();
-    let keys: Vec<String> = value
-        .as_object()
-        .map(|m| m.keys().filter(|k| *k != "name").cloned().collect())
-        .unwrap_or_default();
-    if let Some(k) = keys.iter().find(|k| !SUPPORTED.contains(&k.as_str())) {
+    let keys = source_keys(v);
+    if let Some(k) = keys.iter().find(|k| !SUPPORTED.contains(k)) {
         return Err((
-            k.clone(),
+            k.to_string(),
             format!(
                 "{k} volumes are not supported here (no storage drivers; supported: {})",
                 SUPPORTED.join(", ")
@@ -41,7 +111,7 @@ pub fn kind_of(v: &Volume) -> Result<String, (String, String)> {
         ));
     }
     match keys.as_slice() {
-        [one] => Ok(one.clone()),
+        [one] => Ok(one.to_string()),
         [] => Err((
             "name".into(),
             format!(
@@ -316,4 +386,46 @@ pub fn binds(ctr: &Container, plans: &[VolumePlan], path: &str) -> Result<Vec<Bi
         });
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The names listed are the API's: each source, set alone, serializes under the name listed,
+    /// and all of them set serialize as the whole list, in its order.
+    #[test]
+    fn source_names_are_the_serialized_ones() {
+        let all: Volume = serde_json::from_value(serde_json::json!({
+            "name": "v", "awsElasticBlockStore": {"volumeID": "x"}, "azureDisk": {"diskName": "d",
+            "diskURI": "u"}, "azureFile": {"secretName": "s", "shareName": "s"}, "cephfs":
+            {"monitors": []}, "cinder": {"volumeID": "x"}, "configMap": {}, "csi": {"driver": "d"},
+            "downwardAPI": {}, "emptyDir": {}, "ephemeral": {}, "fc": {}, "flexVolume": {"driver":
+            "d"}, "flocker": {}, "gcePersistentDisk": {"pdName": "p"}, "gitRepo": {"repository":
+            "r"}, "glusterfs": {"endpoints": "e", "path": "p"}, "hostPath": {"path": "/"},
+            "image": {}, "iscsi": {"iqn": "i", "lun": 0, "targetPortal": "t"}, "nfs": {"path": "/",
+            "server": "s"}, "persistentVolumeClaim": {"claimName": "c"}, "photonPersistentDisk":
+            {"pdID": "p"}, "portworxVolume": {"volumeID": "x"}, "projected": {}, "quobyte":
+            {"registry": "r", "volume": "v"}, "rbd": {"image": "i", "monitors": []}, "scaleIO":
+            {"gateway": "g", "secretRef": {}, "system": "s"}, "secret": {}, "storageos": {},
+            "vsphereVolume": {"volumePath": "/"}
+        }))
+        .unwrap();
+        let serialized = serde_json::to_value(&all).unwrap();
+        let names: Vec<&str> = serialized
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .filter(|k| *k != "name")
+            .collect();
+        assert_eq!(source_keys(&all), names);
+        assert_eq!(names.len(), 30);
+        let only = |json| source_keys(&serde_json::from_value(json).unwrap());
+        assert_eq!(
+            only(serde_json::json!({"name": "v", "emptyDir": {}})),
+            ["emptyDir"]
+        );
+        assert!(only(serde_json::json!({"name": "v"})).is_empty());
+    }
 }
