@@ -80,9 +80,13 @@ pub struct RunningImage {
     pub image_id: String,
 }
 
-/// The stored-image containers of the rendered local pods, from their plans (spool pods are
-/// the cluster agent's: it pulls them with their pull secrets).
-pub fn running_images(generator_dir: &Path, pods: &[GeneratedPod]) -> Vec<RunningImage> {
+/// The stored-image containers of the rendered local pods, from their plans (spool pods, whose
+/// manifests are under `spool`, are the cluster agent's: it pulls them with their pull secrets).
+pub fn running_images(
+    generator_dir: &Path,
+    pods: &[GeneratedPod],
+    spool: &Path,
+) -> Vec<RunningImage> {
     let mut out = Vec::new();
     for pod in pods {
         let Some(unit) = &pod.pod_unit else { continue };
@@ -93,7 +97,8 @@ pub fn running_images(generator_dir: &Path, pods: &[GeneratedPod]) -> Vec<Runnin
         else {
             continue;
         };
-        if Path::new(&plan.source).starts_with(Paths::SPOOL) {
+        let source = Path::new(&plan.source);
+        if source.starts_with(Paths::SPOOL) || source.starts_with(spool) {
             continue;
         }
         for root in plan.roots.iter().filter(|r| !r.reference.is_empty()) {
@@ -450,7 +455,8 @@ mod tests {
             let file = dir.join(PLAN_DIR).join(PodPlan::file_name(unit));
             std::fs::write(file, serde_json::to_vec(&plan(&source)).unwrap()).unwrap();
         }
-        let got = running_images(&dir, &[pod("local"), pod("api"), pod("noplan")]);
+        let spool = Path::new(Paths::SPOOL);
+        let got = running_images(&dir, &[pod("local"), pod("api"), pod("noplan")], spool);
         assert_eq!(
             got,
             [running(

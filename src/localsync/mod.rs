@@ -391,7 +391,11 @@ impl Syncer {
             Err(e) => warn(&format!("the generator's report: {e}")),
         }
         match generator_output::scan(&self.opts.generator_dir) {
-            Ok(pods) => images.set_running(images::running_images(&self.opts.generator_dir, &pods)),
+            Ok(pods) => {
+                let spool = self.opts.paths.host(Paths::SPOOL);
+                let dir = &self.opts.generator_dir;
+                images.set_running(images::running_images(dir, &pods, &spool))
+            }
             Err(e) => warn(&format!("{e}")),
         }
         images.pass();
