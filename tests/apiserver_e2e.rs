@@ -653,10 +653,6 @@ fn registry_in_machine(
     tags: &[&str],
 ) -> (image::registry::Registry, image::oci::Image) {
     use image::oci::{self, Comp, Layer};
-    use image::registry::{Certs, Registry};
-    let dir = m.dir().join("registry");
-    let _ = std::fs::remove_dir_all(&dir);
-    let certs = Certs::make(&dir.join("certs"));
     let img = oci::image(
         support::registry::host_arch(),
         &[Layer {
@@ -666,23 +662,9 @@ fn registry_in_machine(
         }],
         json!({"Cmd": ["sh"], "Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]}),
     );
-    let reg = std::thread::scope(|s| {
-        s.spawn(|| {
-            // The registry process inherits this thread's network namespace.
-            join_machine_network(m);
-            let reg = Registry::start(&dir.join("reg"), &certs, None, true);
-            for t in tags {
-                reg.push("library/busybox", t, &img);
-            }
-            reg
-        })
-        .join()
-        .unwrap()
-    });
-    m.write(
-        "/etc/podunit/registry-ca.pem",
-        &std::fs::read(certs.ca()).unwrap(),
-    );
+    let pushes: Vec<(&str, &str, &oci::Image)> =
+        tags.iter().map(|t| ("library/busybox", *t, &img)).collect();
+    let (reg, _) = image::registry::Registry::serving(&m.dir().join("registry"), Some(m), &pushes);
     (reg, img)
 }
 
@@ -751,6 +733,25 @@ fn container_events(api: &Client, name: &str) -> Vec<(String, String, String)> {
         .collect()
 }
 
+/// A pull secret made by kubectl as a user makes one (`kubernetes.io/dockerconfigjson`).
+fn registry_secret(cp: &ControlPlane, name: &str, host: &str, password: &str) {
+    cp.kubectl_ok(
+        &[
+            "create",
+            "secret",
+            "docker-registry",
+            name,
+            "--docker-server",
+            host,
+            "--docker-username",
+            image::registry::USER,
+            "--docker-password",
+            password,
+        ],
+        None,
+    );
+}
+
 fn said(events: &[(String, String, String)], reason: &str, kind: &str, message: &str) -> bool {
     events
         .iter()
@@ -766,40 +767,12 @@ fn api_pods_pull_their_images_with_image_pull_secrets() {
     let digest = img.digest();
     start_sync(
         &m,
-        &support::registry::node_config(&host, "/etc/podunit/registry-ca.pem"),
+        &support::registry::node_config(&host, support::registry::MACHINE_CA),
     );
     // The pull secrets, made by kubectl as a user makes them: dockerconfigjson with the right
     // password, another with a wrong one, and the legacy dockercfg type.
-    cp.kubectl_ok(
-        &[
-            "create",
-            "secret",
-            "docker-registry",
-            "regcred",
-            "--docker-server",
-            &host,
-            "--docker-username",
-            USER,
-            "--docker-password",
-            PASSWORD,
-        ],
-        None,
-    );
-    cp.kubectl_ok(
-        &[
-            "create",
-            "secret",
-            "docker-registry",
-            "badcred",
-            "--docker-server",
-            &host,
-            "--docker-username",
-            USER,
-            "--docker-password",
-            "not-the-password",
-        ],
-        None,
-    );
+    registry_secret(&cp, "regcred", &host, PASSWORD);
+    registry_secret(&cp, "badcred", &host, "not-the-password");
     use base64::Engine;
     let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
     let dockercfg = format!(
@@ -1015,4 +988,152 @@ fn failed_lifecycle_hooks_are_kubelet_events() {
         described.contains("FailedPostStartHook") && described.contains("PostStartHook failed"),
         "{described}"
     );
+}
+
+/// `imagePullPolicy: Always` at every start of the container, as the kubelet's image manager
+/// runs at each `startContainer`: a container systemd restarts makes podunit ask the registry
+/// again, and once the tag moved the pod runs the new image. And a blob the registry serves
+/// damaged is `ErrImagePull` naming its digest: the pod never runs and nothing of it is kept.
+#[test]
+fn api_pods_pull_always_images_at_restarts_and_refuse_damaged_blobs() {
+    use image::oci::{self, Comp, Layer};
+    use image::registry::PASSWORD;
+    let (m, cp) = machine_with_control_plane("repull", Options::default());
+    let (reg, first) = registry_in_machine(&m, &["latest"]);
+    let host = reg.host.clone();
+    // The tag's next version: one more layer, with a file the container looks for.
+    let marker = oci::TarBuilder::new()
+        .dir("etc")
+        .file("etc/podunit-v2", b"2\n", 0o644)
+        .finish();
+    let layer = |tar: Vec<u8>| Layer {
+        tar,
+        comp: Comp::Gzip,
+        declared_size: None,
+    };
+    let env = json!({"Cmd": ["sh"], "Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]});
+    let second = oci::image(
+        support::registry::host_arch(),
+        &[layer(oci::busybox_layer()), layer(marker)],
+        env.clone(),
+    );
+    // An image whose only layer the registry's storage then holds damaged.
+    let damaged_tar = oci::TarBuilder::new()
+        .file("damaged", b"one byte will change\n", 0o644)
+        .finish();
+    let damaged_diff_id = oci::digest(&damaged_tar);
+    let damaged = oci::image(support::registry::host_arch(), &[layer(damaged_tar)], env);
+    support::registry::in_machine_network(&m, || reg.push("library/damaged", "1", &damaged));
+    let blob = reg.blob_file(&damaged.layer_digests[0]);
+    let mut b = std::fs::read(&blob).unwrap();
+    let mid = b.len() / 2;
+    b[mid] ^= 0xff;
+    std::fs::write(&blob, b).unwrap();
+
+    start_sync(
+        &m,
+        &support::registry::node_config(&host, support::registry::MACHINE_CA),
+    );
+    registry_secret(&cp, "regcred", &host, PASSWORD);
+    // No tag: Always. It exits after a while, so systemd restarts it (restartPolicy Always).
+    let mut restarts: Value =
+        serde_json::from_str(&image_pod("restarts", "busybox", Some("regcred"))).unwrap();
+    restarts["spec"]["containers"][0]["command"] = json!([
+        "sh",
+        "-c",
+        "if test -e /etc/podunit-v2; then echo running-v2; else echo running-v1; fi; sleep 2; exit 1"
+    ]);
+    cp.kubectl_ok(&["apply", "-f", "-"], Some(&restarts.to_string()));
+    let damaged_rv = cp.kubectl_ok(
+        &[
+            "apply",
+            "-f",
+            "-",
+            "-o",
+            "jsonpath={.metadata.resourceVersion}",
+        ],
+        Some(&image_pod("damaged", "damaged:1", Some("regcred"))),
+    );
+    let unit = ctr_unit("default", "restarts", "main");
+    m.wait_for("the first version running", SOON, || {
+        m.sh_ok(&format!("journalctl --no-pager -o cat -u {unit}"))
+            .contains("running-v1")
+            .then_some(())
+    });
+    // The tag moves while the container runs; a restart finds it.
+    support::registry::in_machine_network(&m, || reg.push("library/busybox", "latest", &second));
+    let new_id = format!("docker.io/library/busybox@{}", second.digest());
+    on_machine_network(&m, &cp, |api| {
+        let p = m.wait_for(
+            "the restarted pod on the new digest",
+            Duration::from_secs(240),
+            || {
+                let p = pod(api, "restarts")?;
+                (main_status(&p).image_id == new_id).then_some(p)
+            },
+        );
+        assert_ne!(
+            main_status(&p).image_id,
+            format!("docker.io/library/busybox@{}", first.digest())
+        );
+        let ev = container_events(api, "restarts");
+        assert!(
+            said(&ev, "Pulling", "Normal", "Pulling image \"busybox\""),
+            "{ev:?}"
+        );
+        assert!(
+            ev.iter().any(|(r, t, msg)| r == "Pulled"
+                && t == "Normal"
+                && msg.starts_with("Successfully pulled image \"busybox\" in ")),
+            "{ev:?}"
+        );
+
+        // The damaged blob: ErrImagePull naming it, then the back-off; never running.
+        m.wait_for("damaged waiting with ImagePullBackOff", SOON, || {
+            let p = pod(api, "damaged")?;
+            let w = main_status(&p).state.clone()?.waiting?;
+            (w.reason.as_deref() == Some("ImagePullBackOff")).then_some(())
+        });
+        let seen = waiting_history(&cp, "damaged", damaged_rv.trim());
+        assert!(
+            seen.iter().all(|w| w.0 == "Pending"),
+            "never runs: {seen:?}"
+        );
+        let failed = seen
+            .iter()
+            .find(|w| w.1 == "ErrImagePull")
+            .unwrap_or_else(|| panic!("ErrImagePull: {seen:?}"));
+        assert!(
+            failed.2.contains(&damaged.layer_digests[0]),
+            "the message names the blob: {}",
+            failed.2
+        );
+        let ev = container_events(api, "damaged");
+        assert!(
+            ev.iter()
+                .any(|(r, _, msg)| r == "Failed" && msg.contains(&damaged.layer_digests[0])),
+            "{ev:?}"
+        );
+    });
+    m.wait_for("the restarted container on the new image", SOON, || {
+        m.sh_ok(&format!("journalctl --no-pager -o cat -u {unit}"))
+            .contains("running-v2")
+            .then_some(())
+    });
+    // Nothing of the damaged image is in the store: no layer, no record, no leftovers (an empty
+    // lock file per layer, which only serialises pulls, may stay).
+    let hex = |d: &str| d.trim_start_matches("sha256:").to_string();
+    let store = "/var/lib/podunit/store";
+    let found = m.sh_ok(&format!(
+        "find {store} -path {store}/locks -prune -o \\( -name '*{}*' -o -name '*{}*' \\) -print; \
+         ls -A {store}/tmp 2>/dev/null; ls {store}/refs/docker.io/library",
+        hex(&damaged_diff_id),
+        hex(&damaged.layer_digests[0])
+    ));
+    assert_eq!(found.trim(), "busybox", "only busybox is kept: {found}");
+    assert!(
+        !m.sh_ok("ls /var/lib/podunit/spool").contains("damaged"),
+        "a pod whose image did not come is not spooled"
+    );
+    drop(reg);
 }

@@ -171,6 +171,81 @@ fn pulls_public_names_over_tls_with_basic_auth() {
     assert!(matches!(e.kind, PullErrorKind::NotAllowed { .. }), "{e}");
 }
 
+/// `auth: token` on the real registry, with a test double of the token service as its realm
+/// (tests/image/token.rs): the registry answers `WWW-Authenticate: Bearer realm=…,service=…,
+/// scope=…`, podunit's client takes its Basic credentials to the realm, gets a JWT, and pulls
+/// with it; the registry verifies the token's signature and access claims itself.
+#[test]
+fn bearer_token_challenges_are_followed_to_the_realm() {
+    use image::token::{self, SERVICE, TokenService};
+    let dir = std::env::temp_dir().join(format!("podunit-image-{}-token", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let certs = Certs::make(&dir.join("certs"));
+    let tokens = TokenService::start(&dir.join("token"), &certs);
+    let reg = Registry::start_with_tokens(&dir.join("reg"), &certs, &tokens, &["library/busybox"]);
+    let env = Env { dir, certs, reg };
+    let img = busybox();
+    env.reg.push("library/busybox", "1.28", &img);
+
+    let got = env.pull("busybox:1.28").unwrap();
+    assert_eq!(
+        got.image_id(),
+        format!("docker.io/library/busybox@{}", img.digest())
+    );
+    let asked = tokens.asked.lock().unwrap().clone();
+    let to_realm: Vec<String> = asked.iter().map(|a| token::unescape(&a.target)).collect();
+    assert!(
+        asked.iter().zip(&to_realm).any(|(a, t)| a.granted
+            && t.starts_with("/token?")
+            && t.contains("scope=repository:library/busybox:pull")
+            && t.contains(&format!("service={SERVICE}"))),
+        "a token was asked for with the challenge's scope and service: {to_realm:?}"
+    );
+
+    // A wrong password: the token service refuses it, so does the pull, and nothing is kept.
+    let fresh = Store::open(env.dir.join("store-wrong"));
+    let wrong = Client::new(env.settings(), env.keyring("wrong"));
+    let e = env.pull_with(&fresh, &wrong, "busybox:1.28").unwrap_err();
+    assert!(matches!(e.kind, PullErrorKind::Unauthorized(_)), "{e}");
+    assert!(e.to_string().contains("token request to"), "{e}");
+    assert!(
+        tokens
+            .asked
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|a| a.with_credentials && !a.granted),
+        "the wrong password went to the realm"
+    );
+    assert_eq!(
+        fresh
+            .lookup(&Reference::parse("busybox:1.28").unwrap())
+            .unwrap(),
+        None
+    );
+    let anon = Client::new(env.settings(), Keyring::default());
+    let e = env.pull_with(&fresh, &anon, "busybox:1.28").unwrap_err();
+    assert!(matches!(e.kind, PullErrorKind::Unauthorized(_)), "{e}");
+
+    // The registry checks the tokens: one signed by a key it does not trust is refused.
+    let other = TokenService::start(&env.dir.join("other"), &env.certs);
+    let forged = other.token(&["library/busybox"], &["pull"]);
+    let resp = env
+        .reg
+        .agent()
+        .get(format!(
+            "https://{}/v2/library/busybox/manifests/1.28",
+            env.reg.host
+        ))
+        .header("Authorization", format!("Bearer {forged}"))
+        .header("Accept", "application/vnd.oci.image.manifest.v1+json")
+        .call()
+        .unwrap();
+    assert_eq!(resp.status(), 401, "a token from another issuer key");
+    let _ = std::fs::remove_dir_all(&env.dir);
+}
+
 #[test]
 fn credentials_are_required_and_checked() {
     let env = Env::new("auth");

@@ -16,7 +16,6 @@ use image::registry::{Certs, PASSWORD, Registry, USER};
 use podunit::image::Store;
 use podunit::image::registry::Client;
 use std::path::PathBuf;
-use support::api::join_machine_network;
 use support::nspawn::Machine;
 use support::pods::{SOON, ctr_unit, start_pods, start_sync, wait_state};
 use support::registry::{self, host_arch};
@@ -121,39 +120,46 @@ struct Images {
 
 impl Images {
     fn start(name: &str) -> Images {
-        Images::start_on(name, || {})
+        Images::start_on(name, None)
     }
 
     /// The same registry, listening in the machine's own network (on its loopback), where
     /// podunit-sync in the machine pulls from it.
     fn start_in(m: &Machine, name: &str) -> Images {
-        // The registry process inherits its starting thread's network namespace.
-        std::thread::scope(|s| {
-            s.spawn(|| Images::start_on(name, || join_machine_network(m)))
-                .join()
-                .unwrap()
-        })
+        Images::start_on(name, Some(m))
     }
 
-    fn start_on(name: &str, enter_network: impl FnOnce()) -> Images {
+    fn start_on(name: &str, machine: Option<&Machine>) -> Images {
         let dir =
             std::env::temp_dir().join(format!("podunit-images-e2e-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let certs = Certs::make(&dir.join("certs"));
-        enter_network();
-        let reg = Registry::start(&dir.join("reg"), &certs, None, true);
         let (web, shell) = (nginx(), shell_image());
-        for (repo, tag, img) in [
-            ("library/nginx", "1.14.2", &web),
-            ("library/nginx", "latest", &web),
-            ("library/debian", "latest", &shell),
-            ("library/busybox", "latest", &shell),
-            ("busybox", "1.27.2", &shell),
-        ] {
-            reg.push(repo, tag, img);
-        }
+        let (reg, certs) = Registry::serving(
+            &dir,
+            machine,
+            &[
+                ("library/nginx", "1.14.2", &web),
+                ("library/nginx", "latest", &web),
+                ("library/debian", "latest", &shell),
+                ("library/busybox", "latest", &shell),
+                ("busybox", "1.27.2", &shell),
+            ],
+        );
         Images { dir, certs, reg }
+    }
+
+    /// The machine's node configuration for this registry (started in its network): the
+    /// mirrors, the CA, and the credentials file, root-only.
+    fn configure_node(&self, m: &Machine) {
+        let host = &self.reg.host;
+        m.write(
+            "/etc/podunit/config.yaml",
+            registry::node_config(host, registry::MACHINE_CA).as_bytes(),
+        );
+        m.write(
+            "/etc/podunit/auth.json",
+            registry::config_json(host, USER, PASSWORD).as_bytes(),
+        );
+        m.sh_ok("chmod 0600 /etc/podunit/auth.json");
     }
 
     /// Pulls `reference` into the machine's image store, as `podunit image pull` does; docker.io
@@ -316,20 +322,7 @@ fn corpus_pods_run_unchanged_in_their_pulled_images() {
 fn a_dropped_manifest_gets_its_image_pulled_by_podunit_sync_and_runs() {
     let m = Machine::boot("images-pull");
     let images = Images::start_in(&m, "pull");
-    let host = images.reg.host.clone();
-    m.write(
-        "/etc/podunit/registry-ca.pem",
-        &std::fs::read(images.certs.ca()).unwrap(),
-    );
-    m.write(
-        "/etc/podunit/config.yaml",
-        registry::node_config(&host, "/etc/podunit/registry-ca.pem").as_bytes(),
-    );
-    m.write(
-        "/etc/podunit/auth.json",
-        registry::config_json(&host, USER, PASSWORD).as_bytes(),
-    );
-    m.sh_ok("chmod 0600 /etc/podunit/auth.json");
+    images.configure_node(&m);
     start_sync(&m);
 
     m.write("/etc/pods.d/simple-pod.yaml", &corpus("simple-pod.yaml"));
@@ -368,4 +361,69 @@ fn a_dropped_manifest_gets_its_image_pulled_by_podunit_sync_and_runs() {
     );
     let table = m.sh_ok("podunit status");
     assert_eq!(status_row(&table, "nginx")[3], "Running", "{table}");
+}
+
+/// Local pods honour `imagePullPolicy: Always` as the kubelet does at every start of the
+/// container: a restart by systemd makes podunit-sync ask the registry again, and when the tag
+/// moved the pod runs the new image. With the registry gone, a restart runs on the stored image
+/// (edge autonomy, docs/images.md).
+#[test]
+fn local_always_images_are_asked_for_again_at_each_start() {
+    let m = Machine::boot("images-always");
+    let images = Images::start_in(&m, "always");
+    images.configure_node(&m);
+    start_sync(&m);
+    m.write(
+        "/etc/pods.d/always.yaml",
+        b"apiVersion: v1\nkind: Pod\nmetadata:\n  name: always\nspec:\n  containers:\n  - name: main\n    image: busybox\n    command: [sh, -c, 'if test -e /etc/podunit-v2; then echo running-v2; else echo running-v1; fi; exec sleep 100000']\n",
+    );
+    m.daemon_reload();
+    let unit = ctr_unit("default", "always", "main");
+    m.wait_for("the first version running", SOON * 3, || {
+        journal(&m, &unit).contains("running-v1").then_some(())
+    });
+    // The tag moves; the container is killed and systemd restarts it.
+    let v2 = oci::image(
+        host_arch(),
+        &[
+            Layer {
+                tar: busybox_root(&mut |_| {}),
+                comp: Comp::Gzip,
+                declared_size: None,
+            },
+            Layer {
+                tar: TarBuilder::new()
+                    .dir("etc/")
+                    .file("etc/podunit-v2", b"2\n", 0o644)
+                    .finish(),
+                comp: Comp::Gzip,
+                declared_size: None,
+            },
+        ],
+        serde_json::json!({"Env": [PATH], "Cmd": ["sh"]}),
+    );
+    registry::in_machine_network(&m, || images.reg.push("library/busybox", "latest", &v2));
+    m.sh_ok(&format!("systemctl kill --signal=KILL {unit}"));
+    m.wait_for("the pod on the moved tag", SOON * 3, || {
+        journal(&m, &unit).contains("running-v2").then_some(())
+    });
+    let sync = m.sh_ok("journalctl -b --no-pager -o cat -u podunit-sync.service");
+    assert!(
+        sync.contains("asking the registry for image \"busybox\" again"),
+        "{sync}"
+    );
+    assert!(sync.contains("moved from what"), "{sync}");
+    // No registry: a restart runs on what the store has.
+    drop(images);
+    let runs = |m: &Machine| journal(m, &unit).matches("running-v2").count();
+    let before = runs(&m);
+    m.sh_ok(&format!("systemctl kill --signal=KILL {unit}"));
+    m.wait_for("a restart without the registry", SOON * 2, || {
+        (runs(&m) > before && m.prop(&unit, "ActiveState") == "active").then_some(())
+    });
+    m.wait_for("the failed pull in the journal", SOON, || {
+        m.sh_ok("journalctl -b --no-pager -o cat -u podunit-sync.service")
+            .contains("its containers keep the stored image")
+            .then_some(())
+    });
 }

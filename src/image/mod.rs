@@ -5,6 +5,7 @@
 pub mod digest;
 pub mod manifest;
 pub mod platform;
+pub mod policy;
 pub mod reference;
 pub mod registries;
 pub mod store;

@@ -1,6 +1,13 @@
 //! Pods that wait for images: podunit-sync pulls what the generator found missing (its report's
 //! `waiting`), then reloads so that the generator renders the pods.
 //!
+//! Local pods whose image is in the store start from it, whatever their `imagePullPolicy`, so
+//! that a node boots its pods with no network (edge autonomy). The kubelet asks the registry again
+//! at every start of an `Always` container ([`crate::image::policy`]); here each start of such a
+//! container (a job of its unit that leaves it active) asks the registry what the tag is now, and
+//! when the tag moved, the reload renders the pod from the new image (its plan changes, so the
+//! pod restarts). A registry that cannot be reached leaves the pod running on what it has.
+//!
 //! Pulls run on the one pull queue ([`crate::image::queue`]), which the cluster agent uses too.
 //! The main thread keeps the waiting records `podunit status`
 //! shows: `ContainerCreating` while a pull runs, `ErrImagePull` with the registry's message when
@@ -10,10 +17,14 @@
 use crate::common::paths::Paths;
 use crate::generate::report::WaitingPod;
 use crate::image::auth::Keyring;
+use crate::image::policy::{self, AtStart};
 use crate::image::queue::{self, PullQueue, Request};
+use crate::localsync::generator_output::GeneratedPod;
 use crate::localsync::{Msg, log};
 use crate::status::waiting::{self, Record, Writer};
+use crate::translate::plan::{PLAN_DIR, PodPlan};
 use std::collections::{HashMap, HashSet};
+use std::path::Path;
 use std::sync::mpsc;
 use std::time::Instant;
 
@@ -58,11 +69,63 @@ impl ImageState {
     }
 }
 
+/// A container of a rendered local pod whose root is a stored image.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunningImage {
+    pub unit: String,
+    /// As the manifest names it (the pull queue's key).
+    pub reference: String,
+    pub pull_policy: String,
+    /// The `imageID` its root is made of.
+    pub image_id: String,
+}
+
+/// The stored-image containers of the rendered local pods, from their plans (spool pods, whose
+/// manifests are under `spool`, are the cluster agent's: it pulls them with their pull secrets).
+pub fn running_images(
+    generator_dir: &Path,
+    pods: &[GeneratedPod],
+    spool: &Path,
+) -> Vec<RunningImage> {
+    let mut out = Vec::new();
+    for pod in pods {
+        let Some(unit) = &pod.pod_unit else { continue };
+        let file = generator_dir.join(PLAN_DIR).join(PodPlan::file_name(unit));
+        let Some(plan) = std::fs::read(&file)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<PodPlan>(&b).ok())
+        else {
+            continue;
+        };
+        let source = Path::new(&plan.source);
+        if source.starts_with(Paths::SPOOL) || source.starts_with(spool) {
+            continue;
+        }
+        for root in plan.roots.iter().filter(|r| !r.reference.is_empty()) {
+            let Some(c) = pod.containers.iter().find(|c| c.name == root.container) else {
+                continue;
+            };
+            out.push(RunningImage {
+                unit: c.unit.clone(),
+                reference: root.reference.clone(),
+                pull_policy: root.pull_policy.clone(),
+                image_id: root.image.clone(),
+            });
+        }
+    }
+    out
+}
+
 pub struct ImagePulls {
     paths: Paths,
     /// Keyed by image: local pods have no pull secrets, so one pull serves every pod.
     queue: PullQueue,
     waiting: Vec<WaitingPod>,
+    /// Rendered containers on stored images, by unit.
+    running: HashMap<String, RunningImage>,
+    /// Whether the running containers were looked at once: at boot they start before
+    /// podunit-sync does, and that start asks the registry too.
+    running_seen: bool,
     /// The uids this process wrote records for.
     recorded: HashSet<String>,
 }
@@ -83,7 +146,58 @@ impl ImagePulls {
             paths,
             queue,
             waiting: Vec::new(),
+            running: HashMap::new(),
+            running_seen: false,
             recorded: HashSet::new(),
+        }
+    }
+
+    /// The rendered containers on stored images (after each reconcile).
+    pub fn set_running(&mut self, running: Vec<RunningImage>) {
+        self.running = running.into_iter().map(|r| (r.unit.clone(), r)).collect();
+        if !std::mem::replace(&mut self.running_seen, true) {
+            let mut units: Vec<String> = self.running.keys().cloned().collect();
+            units.sort();
+            for u in units {
+                self.container_started(&u);
+            }
+        }
+    }
+
+    /// Whether a start of `unit` asks the registry again (its image's policy is `Always`).
+    pub fn pulls_at_start(&self, unit: &str) -> bool {
+        self.running
+            .get(unit)
+            .is_some_and(|r| policy::at_start(&r.pull_policy, true) == AtStart::Pull)
+    }
+
+    /// `unit` started (a start or an automatic restart): an `Always` image is asked for again,
+    /// unless a pull of it runs already or it is in back-off (then the container runs on what
+    /// it has, and the next start asks again).
+    pub fn container_started(&mut self, unit: &str) {
+        if !self.pulls_at_start(unit) {
+            return;
+        }
+        let Some(r) = self.running.get(unit) else {
+            return;
+        };
+        let reference = r.reference.clone();
+        match self.queue.state(&reference, Instant::now()) {
+            Some(queue::State::Pulling) => {}
+            Some(_) => log(&format!(
+                "{unit}: image {reference:?} is in pull back-off; it runs on the stored image"
+            )),
+            None => {
+                log(&format!(
+                    "{unit} started: asking the registry for image {reference:?} again \
+                     (imagePullPolicy Always)"
+                ));
+                self.queue.request(Request {
+                    key: reference.clone(),
+                    image: reference,
+                    keyring: Keyring::default(),
+                });
+            }
         }
     }
 
@@ -138,7 +252,8 @@ impl ImagePulls {
         self.write_records(&states);
     }
 
-    /// A pull ended. Returns whether to reload (an image came: its pods can render now).
+    /// A pull ended. Returns whether to reload: a pod waits for the image, or a container runs
+    /// on another digest than the registry's now.
     pub fn pulled(&mut self, image: &str, result: Result<String, String>) -> bool {
         let result = result.map(|image_id| queue::Pulled {
             image_id,
@@ -147,12 +262,35 @@ impl ImagePulls {
         match (self.queue.finished(image, &result), &result) {
             (_, Ok(p)) => {
                 log(&format!("pulled image {image:?} ({})", p.image_id));
-                true
+                let waited = self
+                    .waiting
+                    .iter()
+                    .flat_map(|w| &w.images)
+                    .any(|i| i.image == image);
+                let moved: Vec<&str> = self
+                    .running
+                    .values()
+                    .filter(|r| r.reference == image && policy::moved(&r.image_id, &p.image_id))
+                    .map(|r| r.unit.as_str())
+                    .collect();
+                if !moved.is_empty() {
+                    log(&format!(
+                        "image {image:?} moved from what {} runs: the pod is rendered again",
+                        moved.join(", ")
+                    ));
+                }
+                waited || !moved.is_empty()
             }
             (wait, Err(message)) => {
+                let runs = self.running.values().any(|r| r.reference == image);
                 log(&format!(
-                    "pulling image {image:?} failed: {message}; next try in {}s",
-                    wait.unwrap_or_default().as_secs()
+                    "pulling image {image:?} failed: {message}; next try in {}s{}",
+                    wait.unwrap_or_default().as_secs(),
+                    if runs {
+                        "; its containers keep the stored image"
+                    } else {
+                        ""
+                    }
                 ));
                 false
             }
@@ -222,6 +360,113 @@ mod tests {
                 pull_policy: policy.into(),
             }],
         }
+    }
+
+    fn running(unit: &str, reference: &str, policy: &str, id: &str) -> RunningImage {
+        RunningImage {
+            unit: unit.into(),
+            reference: reference.into(),
+            pull_policy: policy.into(),
+            image_id: id.into(),
+        }
+    }
+
+    #[test]
+    fn always_images_are_asked_for_at_every_start_and_a_moved_tag_reloads() {
+        let root = std::env::temp_dir().join(format!("podunit-restart-{}", std::process::id()));
+        let paths = Paths::with_root(&root);
+        let (tx, _rx) = mpsc::channel();
+        let mut p = ImagePulls::spawn(paths, tx);
+        let (worker, requests) = mpsc::channel();
+        p.queue = PullQueue::with_sender(worker);
+        let image = |r: Result<(Request, Instant), _>| r.map(|(r, _)| r.image);
+        let old = "docker.io/library/busybox@sha256:01";
+        p.set_running(vec![
+            running("a.service", "busybox", "Always", old),
+            running("b.service", "busybox:1.36", "IfNotPresent", old),
+            running("c.service", "busybox:1.37", "Never", old),
+        ]);
+        // podunit-sync's start counts as the start of what runs already (at boot it comes last).
+        assert_eq!(image(requests.try_recv()).as_deref(), Ok("busybox"));
+        assert!(requests.try_recv().is_err(), "only Always asks again");
+        p.container_started("a.service");
+        assert!(requests.try_recv().is_err(), "one pull under way is enough");
+        // The tag did not move: nothing to render again.
+        assert!(!p.pulled("busybox", Ok(old.into())));
+        p.container_started("b.service");
+        p.container_started("c.service");
+        p.container_started("unknown.service");
+        assert!(requests.try_recv().is_err());
+        // A restart asks again; the tag moved: reload (the pod renders from the new image).
+        p.container_started("a.service");
+        assert_eq!(image(requests.try_recv()).as_deref(), Ok("busybox"));
+        assert!(p.pulled("busybox", Ok("docker.io/library/busybox@sha256:02".into())));
+        // Unreachable registry: the container keeps its image, no reload, back-off respected.
+        p.container_started("a.service");
+        assert_eq!(image(requests.try_recv()).as_deref(), Ok("busybox"));
+        assert!(!p.pulled("busybox", Err("connection refused".into())));
+        p.container_started("a.service");
+        assert!(requests.try_recv().is_err(), "in back-off: not asked again");
+        assert!(p.pulls_at_start("a.service"));
+        assert!(!p.pulls_at_start("b.service"));
+    }
+
+    #[test]
+    fn running_images_come_from_local_plans_only() {
+        use crate::translate::plan::RootPlan;
+        let dir = std::env::temp_dir().join(format!("podunit-plans-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join(PLAN_DIR)).unwrap();
+        let plan = |source: &str| PodPlan {
+            source: source.into(),
+            roots: vec![RootPlan {
+                container: "app".into(),
+                image: "docker.io/library/busybox@sha256:01".into(),
+                layers: vec![],
+                working_dir: None,
+                reference: "busybox".into(),
+                pull_policy: "Always".into(),
+            }],
+            ..PodPlan::default()
+        };
+        let pod = |unit: &str| GeneratedPod {
+            key: crate::localsync::generator_output::PodKey {
+                namespace: "default".into(),
+                name: unit.into(),
+            },
+            uid: Some("u".into()),
+            pod_unit: Some(format!("{unit}.service")),
+            slice: None,
+            containers: vec![crate::localsync::generator_output::GeneratedContainer {
+                name: "app".into(),
+                unit: format!("{unit}-app.service"),
+                kind: crate::localsync::generator_output::ContainerKind::App,
+                order: 0,
+                restart: "always".into(),
+                stop_timeout_s: None,
+            }],
+            source_path: None,
+            hash: String::new(),
+        };
+        for (unit, source) in [
+            ("local", "/etc/pods.d/p.yaml".to_string()),
+            ("api", format!("{}/default_p.yaml", Paths::SPOOL)),
+        ] {
+            let file = dir.join(PLAN_DIR).join(PodPlan::file_name(unit));
+            std::fs::write(file, serde_json::to_vec(&plan(&source)).unwrap()).unwrap();
+        }
+        let spool = Path::new(Paths::SPOOL);
+        let got = running_images(&dir, &[pod("local"), pod("api"), pod("noplan")], spool);
+        assert_eq!(
+            got,
+            [running(
+                "local-app.service",
+                "busybox",
+                "Always",
+                "docker.io/library/busybox@sha256:01"
+            )]
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -390,7 +390,33 @@ impl Syncer {
             Ok(r) => images.set_waiting(r.map(|r| r.waiting).unwrap_or_default()),
             Err(e) => warn(&format!("the generator's report: {e}")),
         }
+        match generator_output::scan(&self.opts.generator_dir) {
+            Ok(pods) => {
+                let spool = self.opts.paths.host(Paths::SPOOL);
+                let dir = &self.opts.generator_dir;
+                images.set_running(images::running_images(dir, &pods, &spool))
+            }
+            Err(e) => warn(&format!("{e}")),
+        }
         images.pass();
+    }
+
+    /// A job of `unit` ended: if it left an `Always` container running (a start, a restart),
+    /// its image is asked for again, as the kubelet does at every container start.
+    pub fn job_of_unit_done(&mut self, unit: &str, result: &str) {
+        let Some(images) = self.images.as_mut() else {
+            return;
+        };
+        if result != "done" || !images.pulls_at_start(unit) {
+            return;
+        }
+        match self.client.unit_state(unit) {
+            Ok(u) if u.active_state == "active" || u.active_state == "activating" => {
+                images.container_started(unit)
+            }
+            Ok(_) => {}
+            Err(e) => log(&format!("{unit}: {e}")),
+        }
     }
 
     /// SIGKILLs every unit whose grace period is over and whose stop job still runs: systemd
@@ -563,8 +589,11 @@ pub fn run(syncer: &mut Syncer, rx: mpsc::Receiver<Msg>) -> Result<i32, Error> {
         let mut handle = |msg: Msg, syncer: &mut Syncer| -> Result<Option<i32>, Error> {
             match msg {
                 Msg::Bus(Ok(Event::Reloading(false))) => reconcile = true,
-                Msg::Bus(Ok(Event::JobRemoved { job, result, .. })) => {
-                    syncer.job_removed(&job, &result)?
+                Msg::Bus(Ok(Event::JobRemoved {
+                    job, unit, result, ..
+                })) => {
+                    syncer.job_removed(&job, &result)?;
+                    syncer.job_of_unit_done(&unit, &result);
                 }
                 Msg::Bus(Ok(_)) => {}
                 Msg::Bus(Err(e)) => log(&format!("{e}")),

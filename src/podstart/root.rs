@@ -270,6 +270,8 @@ mod tests {
                 image: "docker.io/library/busybox@sha256:00".into(),
                 layers,
                 working_dir: None,
+                reference: "busybox".into(),
+                pull_policy: "Always".into(),
             }],
             etc: None,
         }

@@ -530,6 +530,11 @@ fn one(
         image: img.image_id.clone(),
         layers: img.layers.clone(),
         working_dir,
+        reference: image_ref.to_string(),
+        pull_policy: crate::translate::image::pull_policy(
+            image_ref,
+            c.image_pull_policy.as_deref(),
+        ),
     });
     Ok(Built {
         unit: u,

@@ -12,7 +12,7 @@ pub const PLAN_DIR: &str = "podunit";
 /// The normal generator directory of the system manager, where the pod unit finds its plan.
 pub const GENERATOR_DIR: &str = "/run/systemd/generator";
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PodPlan {
     pub namespace: String,
@@ -58,6 +58,12 @@ pub struct RootPlan {
     /// Created in the root when missing, as container runtimes create the working directory.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub working_dir: Option<String>,
+    /// The image as the manifest names it, and its `imagePullPolicy` (defaulted): podunit-sync
+    /// asks the registry again at every start of an `Always` container.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reference: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub pull_policy: String,
 }
 
 /// What the kubelet puts in a pod's name files.

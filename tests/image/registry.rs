@@ -90,6 +90,8 @@ pub struct Registry {
     pub dir: PathBuf,
     child: Child,
     ca: PathBuf,
+    /// The `Authorization` of pushes.
+    push_auth: String,
 }
 
 fn free_port() -> u16 {
@@ -106,8 +108,6 @@ impl Registry {
     /// Basic challenge, only token ones: its upstream here is open.)
     pub fn start(dir: &Path, certs: &Certs, upstream: Option<&Registry>, auth: bool) -> Registry {
         std::fs::create_dir_all(dir.join("data")).unwrap();
-        let port = free_port();
-        let host = format!("127.0.0.1:{port}");
         let auth = if auth {
             let out = Command::new("htpasswd")
                 .args(["-Bbn", USER, PASSWORD])
@@ -122,6 +122,31 @@ impl Registry {
         } else {
             String::new()
         };
+        Self::serve(dir, certs, upstream, &auth, Self::basic())
+    }
+
+    /// A registry whose `auth: token` trusts `tokens` (a test double of the token service:
+    /// the registry verifies its tokens itself). Pushes to `repos` carry a token for them.
+    pub fn start_with_tokens(
+        dir: &Path,
+        certs: &Certs,
+        tokens: &super::token::TokenService,
+        repos: &[&str],
+    ) -> Registry {
+        std::fs::create_dir_all(dir.join("data")).unwrap();
+        let push = format!("Bearer {}", tokens.token(repos, &["pull", "push"]));
+        Self::serve(dir, certs, None, &tokens.registry_auth(), push)
+    }
+
+    fn serve(
+        dir: &Path,
+        certs: &Certs,
+        upstream: Option<&Registry>,
+        auth: &str,
+        push_auth: String,
+    ) -> Registry {
+        let port = free_port();
+        let host = format!("127.0.0.1:{port}");
         let proxy = match upstream {
             Some(u) => format!("proxy:\n  remoteurl: https://{}\n", u.host),
             None => String::new(),
@@ -159,7 +184,40 @@ impl Registry {
             dir: dir.to_path_buf(),
             child,
             ca: certs.ca(),
+            push_auth,
         }
+    }
+
+    /// A registry (TLS, Basic auth) under `dir` (`certs/`, `reg/`) with `images` pushed as
+    /// (repository, tag, image). With `machine`, it listens in that machine's network, where
+    /// podunit-sync in it pulls, and the machine trusts its CA at
+    /// [`crate::support::registry::MACHINE_CA`].
+    pub fn serving(
+        dir: &Path,
+        machine: Option<&crate::support::nspawn::Machine>,
+        images: &[(&str, &str, &super::oci::Image)],
+    ) -> (Registry, Certs) {
+        let _ = std::fs::remove_dir_all(dir);
+        let certs = Certs::make(&dir.join("certs"));
+        let start = || {
+            let reg = Registry::start(&dir.join("reg"), &certs, None, true);
+            for (repo, tag, img) in images {
+                reg.push(repo, tag, img);
+            }
+            reg
+        };
+        let reg = match machine {
+            Some(m) => {
+                let reg = crate::support::registry::in_machine_network(m, start);
+                m.write(
+                    crate::support::registry::MACHINE_CA,
+                    &std::fs::read(certs.ca()).unwrap(),
+                );
+                reg
+            }
+            None => start(),
+        };
+        (reg, certs)
     }
 
     pub fn agent(&self) -> ureq::Agent {
@@ -195,7 +253,7 @@ impl Registry {
         let digest = super::oci::digest(bytes);
         let head = agent
             .head(format!("https://{}/v2/{repo}/blobs/{digest}", self.host))
-            .header("Authorization", Self::basic())
+            .header("Authorization", &self.push_auth)
             .call()
             .unwrap();
         if head.status() == 200 {
@@ -203,7 +261,7 @@ impl Registry {
         }
         let resp = agent
             .post(format!("https://{}/v2/{repo}/blobs/uploads/", self.host))
-            .header("Authorization", Self::basic())
+            .header("Authorization", &self.push_auth)
             .send_empty()
             .unwrap();
         assert_eq!(resp.status(), 202, "blob upload start");
@@ -222,7 +280,7 @@ impl Registry {
         let sep = if loc.contains('?') { '&' } else { '?' };
         let resp = agent
             .put(format!("{loc}{sep}digest={digest}"))
-            .header("Authorization", Self::basic())
+            .header("Authorization", &self.push_auth)
             .header("Content-Type", "application/octet-stream")
             .send(bytes)
             .unwrap();
@@ -242,7 +300,7 @@ impl Registry {
                 "https://{}/v2/{repo}/manifests/{reference}",
                 self.host
             ))
-            .header("Authorization", Self::basic())
+            .header("Authorization", &self.push_auth)
             .header("Content-Type", media_type)
             .send(body)
             .unwrap();

@@ -1,6 +1,8 @@
 //! Pulling from the tests' registry (tests/image/registry.rs) as a node configured for it does:
 //! docker.io and registry.k8s.io mirrored by it, its CA trusted, its Basic credentials. One
 //! setup for the image suites, the image benchmark and the cluster-mode pulls.
+//! (`Registry::serving` in tests/image/registry.rs starts the registry, on the host or in a
+//! machine's network through [`in_machine_network`].)
 
 use podunit::image::auth::Keyring;
 use podunit::image::error::PullError;
@@ -62,4 +64,20 @@ pub fn host_arch() -> &'static str {
         "aarch64" => "arm64",
         a => panic!("test images are built for amd64 and arm64, not {a}"),
     }
+}
+
+/// Where a machine trusts the tests' registry CA (what [`node_config`] is given as `ca`).
+pub const MACHINE_CA: &str = "/etc/podunit/registry-ca.pem";
+
+/// Runs `f` on a thread that joined `m`'s network namespace: a registry process started there
+/// inherits it and listens on the machine's loopback, where podunit-sync in the machine pulls.
+pub fn in_machine_network<R: Send>(m: &super::nspawn::Machine, f: impl FnOnce() -> R + Send) -> R {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            super::api::join_machine_network(m);
+            f()
+        })
+        .join()
+        .unwrap()
+    })
 }

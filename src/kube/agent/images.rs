@@ -7,15 +7,23 @@
 //! `ContainerCreating` while a pull runs, `ErrImagePull` with the registry's message, then
 //! `ImagePullBackOff` (10 s doubling to 300 s), `ErrImageNeverPull`; with the kubelet's Events
 //! `Pulling`, `Pulled`, `Failed`, `BackOff`.
+//!
+//! The kubelet runs the same image manager at every start of a container, its restarts
+//! included. systemd restarts a container by itself; while it waits to (`CrashLoopBackOff`, its
+//! `RestartSec=`) the agent does what the image manager does for that start: `Always` asks the
+//! registry again, and when the tag moved the pod is rendered again from the new image (the
+//! reload changes its plan, and the pod restarts on it); otherwise `Container image "X" already
+//! present on machine`.
 
 use super::context::{IMAGE_NEVER_PULL, log, uid_of};
 use super::state::Phase;
 use super::worker::Worker;
 use crate::image::auth::Keyring;
+use crate::image::policy::{self, AtStart};
 use crate::image::queue::{Done, Request, State};
 use crate::kube::events::{Involved, message};
 use crate::translate::image::{self as timage, ImageRoot, Unresolved};
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::{Container, Pod, PodStatus};
 use std::collections::BTreeMap;
 use std::time::Instant;
 
@@ -136,17 +144,7 @@ impl Worker {
                         },
                     };
                     log(format!("{}/{}: pulling image {reference:?}", k.0, k.1));
-                    let asked = self.pulls.as_mut().is_some_and(|q| {
-                        q.request(Request {
-                            key,
-                            image: reference.clone(),
-                            keyring: ring,
-                        })
-                    });
-                    if asked {
-                        let obj = Involved::container(pod, &c.name);
-                        self.post_event(&obj, "Normal", "Pulling", &message::pulling(&reference));
-                    }
+                    self.request_pull(pod, &c.name, key, &reference, ring);
                     waits.push(wait(0, CREATING, String::new()));
                 }
             }
@@ -222,6 +220,110 @@ impl Worker {
         }
     }
 
+    /// The image manager at the restarts systemd is about to make (containers in
+    /// `CrashLoopBackOff` between two runs): an `Always` image is pulled again.
+    pub(super) fn images_at_restart(&mut self, k: &(String, String), pod: &Pod, st: &PodStatus) {
+        let fs = self.fs_images();
+        let statuses = st
+            .init_container_statuses
+            .iter()
+            .flatten()
+            .chain(st.container_statuses.iter().flatten());
+        for cs in statuses {
+            let reason = cs
+                .state
+                .as_ref()
+                .and_then(|s| s.waiting.as_ref())
+                .and_then(|w| w.reason.as_deref());
+            let Some(restart) = policy::pending_restart(reason, cs.restart_count) else {
+                continue;
+            };
+            let Some(rec) = self.pods.get_mut(k) else {
+                return;
+            };
+            if rec.images.restarts.insert(cs.name.clone(), restart) == Some(restart) {
+                continue;
+            }
+            let Some(c) = containers(pod).find(|c| c.name == cs.name) else {
+                continue;
+            };
+            let reference = c.image.clone().unwrap_or_default();
+            let Some(stored) = registry_image(&reference, &fs) else {
+                continue;
+            };
+            let pull_policy = timage::pull_policy(&reference, c.image_pull_policy.as_deref());
+            let obj = Involved::container(pod, &c.name);
+            match policy::at_start(&pull_policy, stored.is_ok()) {
+                AtStart::Present => self.post_event(
+                    &obj,
+                    "Normal",
+                    "Pulled",
+                    &message::already_present(&reference),
+                ),
+                AtStart::NeverPull => self.post_event(
+                    &obj,
+                    "Warning",
+                    IMAGE_NEVER_PULL,
+                    &message::never_pull(&reference),
+                ),
+                AtStart::Pull => self.pull_at_restart(k, pod, &c.name, &reference),
+            }
+        }
+    }
+
+    fn pull_at_restart(&mut self, k: &(String, String), pod: &Pod, container: &str, image: &str) {
+        let key = format!("{}_{image}", uid_of(pod));
+        let obj = Involved::container(pod, container);
+        match self
+            .pulls
+            .as_mut()
+            .and_then(|q| q.state(&key, Instant::now()))
+        {
+            Some(State::Pulling) => {}
+            Some(_) => {
+                self.post_event(&obj, "Normal", "BackOff", &message::back_off_pulling(image))
+            }
+            None => {
+                let ring = match self.pull_keyring(pod) {
+                    Ok(r) => r,
+                    Err(None) => return,
+                    Err(Some(m)) => {
+                        let text = message::failed_to_pull(image, &m);
+                        self.post_event(&obj, "Warning", "Failed", &text);
+                        return;
+                    }
+                };
+                log(format!(
+                    "{}/{}: container {container:?} restarts: pulling image {image:?}",
+                    k.0, k.1
+                ));
+                self.request_pull(pod, container, key, image, ring);
+            }
+        }
+    }
+
+    /// Queues a pull and posts `Pulling` for `container` once it is under way.
+    fn request_pull(
+        &mut self,
+        pod: &Pod,
+        container: &str,
+        key: String,
+        image: &str,
+        ring: Keyring,
+    ) {
+        let asked = self.pulls.as_mut().is_some_and(|q| {
+            q.request(Request {
+                key,
+                image: image.to_string(),
+                keyring: ring,
+            })
+        });
+        if asked {
+            let obj = Involved::container(pod, container);
+            self.post_event(&obj, "Normal", "Pulling", &message::pulling(image));
+        }
+    }
+
     /// The pod's `imagePullSecrets` as one keyring (the kubelet merges them). `Err(None)`: the API
     /// server did not answer; `Err(Some)`: a secret that is no image pull secret's JSON.
     fn pull_keyring(&mut self, pod: &Pod) -> Result<Keyring, Option<String>> {
@@ -277,6 +379,22 @@ impl Worker {
                 rec.images
                     .pulled
                     .insert(done.image.clone(), p.image_id.clone());
+                let moved = containers(&pod).any(|c| {
+                    c.image.as_deref() == Some(done.image.as_str())
+                        && rec
+                            .images
+                            .ids
+                            .get(&c.name)
+                            .is_some_and(|id| policy::moved(id, &p.image_id))
+                });
+                if moved {
+                    log(format!(
+                        "{}/{}: image {:?} moved to {}: the pod is rendered again from it",
+                        k.0, k.1, done.image, p.image_id
+                    ));
+                    rec.images.ids.clear();
+                    self.mark_dirty(&k);
+                }
             }
             Err(m) => log(format!(
                 "{}/{}: pulling image {:?} failed: {m}; next try in {}s",

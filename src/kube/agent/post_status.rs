@@ -222,6 +222,7 @@ impl Worker {
                         self.post_event(&obj, type_, reason, &message);
                     }
                     self.hook_events(&pod);
+                    self.images_at_restart(&k, &pod, &st);
                     st
                 }
             };

@@ -64,6 +64,9 @@ pub(super) struct PodImages {
     pub(super) recheck_at: Option<Instant>,
     /// The imageID each container's image resolved to when the pod was spooled.
     pub(super) ids: BTreeMap<String, String>,
+    /// The restart each container last waited for when its image was looked at: one restart is
+    /// one start to the image manager, however often the status is computed meanwhile.
+    pub(super) restarts: HashMap<String, i32>,
 }
 
 /// ConfigMaps and Secrets read during one batch of work (a burst of new pods, a refresh round), so
