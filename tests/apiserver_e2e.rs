@@ -1019,11 +1019,21 @@ fn failed_lifecycle_hooks_are_kubelet_events() {
     // Deleted through the API: the preStop hooks run during the graceful stop, and their
     // failures are events before the pod goes, although the local reconciler resets and unloads
     // the stopped units at once. The httpGet hook's error is the one `podunit hook` met.
-    let api = cp.admin();
-    let uid = pod(&api, "hooked").unwrap().metadata.uid.unwrap();
+    let uid = cp.kubectl_ok(
+        &["get", "pod", "hooked", "-o", "jsonpath={.metadata.uid}"],
+        None,
+    );
+    assert!(!uid.trim().is_empty());
+    let uid = uid.trim();
     cp.kubectl_ok(&["delete", "pod", "hooked", "--wait=false"], None);
     m.wait_for("hooked gone from the API", SOON, || {
-        pod(&api, "hooked").is_none().then_some(())
+        cp.kubectl_ok(
+            &["get", "pod", "hooked", "--ignore-not-found", "-o", "name"],
+            None,
+        )
+        .trim()
+        .is_empty()
+        .then_some(())
     });
     let pod_ref = format!("hooked_default({uid})");
     let events = pod_events(&cp, "hooked");
