@@ -988,6 +988,56 @@ fn failed_lifecycle_hooks_are_kubelet_events() {
         described.contains("FailedPostStartHook") && described.contains("PostStartHook failed"),
         "{described}"
     );
+
+    // Deleted through the API: the preStop hooks run during the graceful stop, and their
+    // failures are events before the pod goes, although the local reconciler resets and unloads
+    // the stopped units at once. The httpGet hook's error is the one `podunit hook` met.
+    let uid = cp.kubectl_ok(
+        &["get", "pod", "hooked", "-o", "jsonpath={.metadata.uid}"],
+        None,
+    );
+    assert!(!uid.trim().is_empty());
+    let uid = uid.trim();
+    cp.kubectl_ok(&["delete", "pod", "hooked", "--wait=false"], None);
+    m.wait_for("hooked gone from the API", SOON, || {
+        cp.kubectl_ok(
+            &["get", "pod", "hooked", "--ignore-not-found", "-o", "name"],
+            None,
+        )
+        .trim()
+        .is_empty()
+        .then_some(())
+    });
+    let pod_ref = format!("hooked_default({uid})");
+    let events = pod_events(&cp, "hooked");
+    let pre_stop: Vec<_> = events
+        .iter()
+        .filter(|e| e.0 == "FailedPreStopHook")
+        .collect();
+    let http = format!(
+        "HTTP lifecycle hook (/bye) for Container \"prestop\" in Pod \"{pod_ref}\" failed - error: Get \"http://127.0.0.1:18098/bye\": dial tcp 127.0.0.1:18098: connect: connection refused"
+    );
+    let exec = format!(
+        "Exec lifecycle hook ([/bin/sh -c exit 3]) for Container \"execstop\" in Pod \"{pod_ref}\" failed - error: command '/bin/sh -c exit 3' exited with 3: , message: \"\""
+    );
+    for want in [&http, &exec] {
+        assert!(
+            pre_stop
+                .iter()
+                .any(|e| e.1 == "Warning" && &e.2 == want && e.3 == "kubelet" && e.4 == NODE),
+            "no FailedPreStopHook {want:?} in {events:#?}\n{}",
+            m.diagnostics()
+        );
+    }
+    assert_eq!(pre_stop.len(), 2, "{events:#?}");
+    assert!(
+        m.sh_ok(&format!(
+            "ls -A /run/podunit/hooks/{uid} 2>/dev/null || true"
+        ))
+        .trim()
+        .is_empty(),
+        "the hooks' records outlived the pod"
+    );
 }
 
 /// `imagePullPolicy: Always` at every start of the container, as the kubelet's image manager

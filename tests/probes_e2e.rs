@@ -423,3 +423,77 @@ fn lifecycle_http_and_sleep_hooks() {
         "{headers}"
     );
 }
+
+/// A postStart that fails once, then succeeds in the restarted container, and an exec preStop
+/// that fails when the container is stopped, whose unit is then reset (unloaded): systemd's own
+/// record of the runs has only the last run, and none once the unit is gone, but the journal
+/// keeps both failures, which is where podunit-sync's hook events come from however late it
+/// looks (`podunit::kube::hook_events`).
+const ONCE_POD: &str = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: once
+spec:
+  terminationGracePeriodSeconds: 5
+  volumes:
+  - name: data
+    hostPath: {path: /srv/once, type: Directory}
+  containers:
+  - name: app
+    image: host
+    command: [/bin/sleep, infinity]
+    volumeMounts: [{name: data, mountPath: /data}]
+    lifecycle:
+      postStart:
+        exec: {command: [/bin/sh, -c, "test -e /data/ran || { touch /data/ran; exit 1; }"]}
+      preStop:
+        exec: {command: [/bin/sh, -c, "exit 3"]}
+"#;
+
+#[test]
+fn failed_hooks_stay_in_the_journal() {
+    use podunit::kube::hook_events::{self, Exit, HookExit};
+    use podunit::probe::hook::Stage;
+    let m = Machine::boot("hooks-journal");
+    m.sh_ok("mkdir -p /srv/once && chmod 0777 /srv/once");
+    m.write("/etc/pods.d/once.yaml", ONCE_POD.as_bytes());
+    support::pods::start_pods(&m);
+    let app = ctr_unit(NS, "once", "app");
+    m.wait_for("app restarted after its failed postStart", SOON, || {
+        (m.prop(&app, "NRestarts").parse::<u32>().unwrap_or(0) >= 1
+            && m.prop(&app, "ActiveState") == "active")
+            .then_some(())
+    });
+    // systemd's exec status shows only the run that succeeded.
+    let post = m.prop(&app, "ExecStartPost");
+    assert!(post.contains("status=0"), "{post}");
+    let after = |cursor: Option<&str>| {
+        let args = hook_events::journal_args(std::slice::from_ref(&app), cursor, 0);
+        let mut script = "journalctl".to_string();
+        for a in &args {
+            script.push_str(&format!(" '{a}'"));
+        }
+        hook_events::parse_journal(&m.sh_ok(&script))
+    };
+    let failures = || after(None);
+    let got = failures();
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(
+        (got[0].stage, &got[0].exit, &got[0].unit),
+        (Stage::PostStart, &Exit::Status(1), &app)
+    );
+
+    // Stopped, failed (its preStop exited 3) and reset: systemd forgets the unit.
+    m.systemctl(&["stop", &app]);
+    m.systemctl(&["reset-failed", &app]);
+    let got: Vec<HookExit> = m.wait_for("the preStop failure in the journal", SOON, || {
+        let got = failures();
+        (got.len() == 2).then_some(got)
+    });
+    assert_eq!(
+        (got[1].stage, &got[1].exit),
+        (Stage::PreStop, &Exit::Status(3))
+    );
+    // A look after the last cursor finds nothing new.
+    assert!(after(Some(&got[1].cursor)).is_empty());
+}

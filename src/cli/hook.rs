@@ -7,12 +7,12 @@ use std::process::ExitCode;
 
 #[derive(ClapArgs, Debug)]
 pub struct Args {
-    /// A preStop hook: runs only while the main process runs; a failure leaves its error in
-    /// `--record` for podunit-sync's event.
+    /// A preStop hook: runs only while the main process runs.
     #[arg(long)]
     pre_stop: bool,
-    /// Where a failed preStop hook leaves its error.
-    #[arg(long, requires = "pre_stop")]
+    /// Where the run leaves what podunit-sync reports as events (a failure's error, an HTTP
+    /// fallback); only when podunit-sync made the directory above the pod's.
+    #[arg(long)]
     record: Option<String>,
     #[command(subcommand)]
     handler: Handler,
@@ -48,14 +48,15 @@ pub fn run(a: Args) -> ExitCode {
     if a.pre_stop && !hook_run::main_process_running(std::env::var("MAINPID").ok().as_deref()) {
         return ExitCode::SUCCESS;
     }
-    if let Some(r) = &a.record {
+    let record = a.record.as_deref().and_then(record_dir);
+    if let Some(r) = record {
         // An earlier run's error is not this one's.
         let _ = std::fs::remove_file(r);
     }
     let result = match a.handler {
         Handler::Sleep { seconds } => {
             hook_run::sleep(seconds);
-            Ok(())
+            Ok(hook_run::Answer::Direct)
         }
         Handler::Http {
             https,
@@ -81,16 +82,43 @@ pub fn run(a: Args) -> ExitCode {
             hook_run::http(&req, &crate::podstart::prepare::node_ip())
         }
     };
+    let leave = |path: &str, what: &str| {
+        if let Err(w) = crate::common::atomicfile::write(Path::new(path), what.as_bytes()) {
+            eprintln!("podunit hook: {path}: {w}");
+        }
+    };
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(hook_run::Answer::Direct) => ExitCode::SUCCESS,
+        Ok(hook_run::Answer::HttpFallback(host)) => {
+            if let Some(r) = record {
+                leave(&crate::probe::hook::fallback_path(r), &host);
+            }
+            ExitCode::SUCCESS
+        }
         Err(e) => {
             eprintln!("podunit hook: {e}");
-            if let Some(r) = a.record
-                && let Err(w) = crate::common::atomicfile::write(Path::new(&r), e.as_bytes())
-            {
-                eprintln!("podunit hook: {r}: {w}");
+            if let Some(r) = record {
+                leave(r, &e);
             }
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// `record` when podunit-sync made the records' directory (see [`crate::probe::hook::RECORDS`]),
+/// with the pod's directory made.
+fn record_dir(record: &str) -> Option<&str> {
+    use std::os::unix::fs::DirBuilderExt;
+    let pod = Path::new(record).parent()?;
+    if !pod.parent()?.is_dir() {
+        return None;
+    }
+    match std::fs::DirBuilder::new().mode(0o700).create(pod) {
+        Ok(()) => Some(record),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Some(record),
+        Err(e) => {
+            eprintln!("podunit hook: {}: {e}", pod.display());
+            None
         }
     }
 }

@@ -1,21 +1,14 @@
 //! `FailedPostStartHook` and `FailedPreStopHook`, as the kubelet posts them
-//! (`pkg/kubelet/kuberuntime/kuberuntime_container.go`), from what systemd keeps of each hook's
-//! last run: a container unit's `ExecStartPost=` and `ExecStop=` exec status (path, argv, start,
-//! pid, `code=exited|killed|dumped`, `status=`). Pure: the agent reads the properties.
+//! (`pkg/kubelet/kuberuntime/kuberuntime_container.go`), from the journal: systemd logs every
+//! failed `ExecStartPost=`/`ExecStop=` run (`SD_MESSAGE_UNIT_PROCESS_EXIT`, with `COMMAND=`,
+//! `EXIT_CODE=`, `EXIT_STATUS=`). The journal keeps them after the unit has restarted, been reset
+//! or unloaded, so a failure is seen however late the agent looks. Pure: the agent runs
+//! journalctl.
 
 use crate::probe::hook::{Hook, Stage};
 
-/// The last run of one hook command, as `systemctl show` prints it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Run {
-    /// `start_time=[...]` and `pid=`: what tells one run from the next.
-    pub key: String,
-    /// When it started (seconds since the epoch), when systemd said.
-    pub start_s: Option<i64>,
-    /// `None` while it runs (or never ran).
-    pub failed: Option<Exit>,
-    pub ok: bool,
-}
+/// systemd's "process exited" message id.
+pub const PROCESS_EXIT: &str = "98e322203f7a4ed290d09fe03c09fe15";
 
 /// How a failed run ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,112 +18,108 @@ pub enum Exit {
     Signal(String),
 }
 
-/// Both hooks' last runs of one container unit.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Runs {
-    pub post_start: Option<Run>,
-    pub pre_stop: Option<Run>,
+/// One failed hook run, as systemd logged it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookExit {
+    pub unit: String,
+    pub stage: Stage,
+    pub exit: Exit,
+    /// The entry's journal cursor: the next look starts after it.
+    pub cursor: String,
 }
 
-/// The `-p` list for [`parse_show`].
-pub const SHOW_PROPERTIES: &str = "Id,ExecStartPost,ExecStop";
-
-/// One exec status: `{ path=... ; argv[]=... ; ignore_errors=no ; start_time=[...] ;
-/// stop_time=[...] ; pid=N ; code=exited ; status=1/FAILURE }`. The argv is the manifest's and
-/// may hold anything, so the fields are read after the last `start_time=[`.
-fn parse_run(v: &str) -> Option<Run> {
-    let tail = &v[v.rfind(" ; start_time=[")? + 3..];
-    let field = |name: &str| -> Option<&str> {
-        tail.split(" ; ")
-            .find_map(|f| f.trim().trim_end_matches('}').trim().strip_prefix(name))
-            .map(str::trim)
-    };
-    let start = field("start_time=")?;
-    let pid = field("pid=").unwrap_or("0");
-    if start == "[n/a]" || start.is_empty() {
-        return None;
-    }
-    let status = field("status=").unwrap_or("");
-    let number = status.split('/').next().unwrap_or("");
-    let (failed, ok) = match field("code=") {
-        Some("exited") => match number.parse::<i32>() {
-            Ok(0) => (None, true),
-            Ok(n) => (Some(Exit::Status(n)), false),
-            Err(_) => (None, false),
-        },
-        Some("killed" | "dumped") => (
-            Some(Exit::Signal(
-                status.split('/').nth(1).unwrap_or(number).to_string(),
-            )),
-            false,
-        ),
-        _ => (None, false),
-    };
-    Some(Run {
-        key: format!("{start} {pid}"),
-        start_s: start
-            .trim_start_matches("[@")
-            .trim_end_matches(']')
-            .split('.')
-            .next()
-            .and_then(|n| n.parse().ok()),
-        failed,
-        ok,
-    })
+/// The journalctl arguments for the failed hook runs of `units` after `after` (a cursor), or,
+/// without one, since `since_s` (seconds since the epoch). Only PID 1's entries count: anyone may
+/// log fields, nobody else has `_PID=1`. Fields of one name are ORed, of different names ANDed.
+pub fn journal_args(units: &[String], after: Option<&str>, since_s: i64) -> Vec<String> {
+    let mut a: Vec<String> = [
+        "--no-pager",
+        "--quiet",
+        "--output=json",
+        "--output-fields=UNIT,COMMAND,EXIT_CODE,EXIT_STATUS",
+    ]
+    .map(String::from)
+    .to_vec();
+    a.push(match after {
+        Some(c) => format!("--after-cursor={c}"),
+        None => format!("--since=@{since_s}"),
+    });
+    a.push("_PID=1".into());
+    a.push(format!("MESSAGE_ID={PROCESS_EXIT}"));
+    a.push("COMMAND=ExecStartPost".into());
+    a.push("COMMAND=ExecStop".into());
+    a.extend(units.iter().map(|u| format!("UNIT={u}")));
+    a
 }
 
-/// `systemctl show -p Id,ExecStartPost,ExecStop` of several units, by unit: one block per unit,
-/// its properties in systemd's order (`Id=` after the service's). A hook is the last command of
-/// its key (an init container's own `ExecStartPost=` comes before it).
-pub fn parse_show(text: &str) -> Vec<(String, Runs)> {
-    let mut out = Vec::new();
-    for block in text.split("\n\n") {
-        let mut id = None;
-        let mut runs = Runs::default();
-        for line in block.lines() {
-            if let Some(v) = line.strip_prefix("Id=") {
-                id = Some(v.to_string());
-            } else if let Some(v) = line.strip_prefix("ExecStartPost=") {
-                runs.post_start = parse_run(v);
-            } else if let Some(v) = line.strip_prefix("ExecStop=") {
-                runs.pre_stop = parse_run(v);
-            }
-        }
-        out.extend(id.map(|id| (id, runs)));
-    }
-    out
+/// journalctl's JSON lines, as [`journal_args`] asks for them: the failed runs, oldest first.
+/// A successful run (logged only at debug level) and anything unreadable are skipped.
+pub fn parse_journal(text: &str) -> Vec<HookExit> {
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|v| {
+            let field = |k: &str| v.get(k).and_then(|f| f.as_str());
+            let stage = match field("COMMAND")? {
+                "ExecStartPost" => Stage::PostStart,
+                "ExecStop" => Stage::PreStop,
+                _ => return None,
+            };
+            let status: i32 = field("EXIT_STATUS")?.parse().ok()?;
+            let exit = match field("EXIT_CODE")? {
+                "exited" if status == 0 => return None,
+                "exited" => Exit::Status(status),
+                "killed" | "dumped" => Exit::Signal(signal_name(status)),
+                _ => return None,
+            };
+            Some(HookExit {
+                unit: field("UNIT")?.to_string(),
+                stage,
+                exit,
+                cursor: field("__CURSOR")?.to_string(),
+            })
+        })
+        .collect()
 }
 
-/// The hook runs already reported, so each failed run is one event, and none from before
-/// podunit-sync started (their events were posted then, or are too old to matter).
+/// `15` -> `TERM`.
+fn signal_name(n: i32) -> String {
+    nix::sys::signal::Signal::try_from(n)
+        .map(|s| s.as_str().trim_start_matches("SIG").to_string())
+        .unwrap_or_else(|_| n.to_string())
+}
+
+/// Where each pod's look at the journal stopped, so each failed run is one event, and none from
+/// before podunit-sync started (their events were posted then, or are too old to matter).
 #[derive(Debug, Default)]
 pub struct Seen {
     since_s: i64,
-    seen: std::collections::HashMap<(String, &'static str), String>,
+    cursors: std::collections::HashMap<String, String>,
 }
 
 impl Seen {
     pub fn new(since_s: i64) -> Self {
         Seen {
             since_s,
-            seen: Default::default(),
+            cursors: Default::default(),
         }
     }
 
-    /// Whether `run` of `unit`'s `stage` hook is a failure not reported yet (and now is).
-    pub fn fresh_failure(&mut self, unit: &str, stage: Stage, run: &Run) -> bool {
-        if run.failed.is_none() || run.start_s.is_some_and(|s| s < self.since_s) {
-            return false;
+    /// Where the next look for pod `uid` starts: a cursor, or the start time.
+    pub fn from(&self, uid: &str) -> (Option<&str>, i64) {
+        (self.cursors.get(uid).map(String::as_str), self.since_s)
+    }
+
+    /// Pod `uid`'s runs up to `cursor` are reported.
+    pub fn advance(&mut self, uid: &str, cursor: &str) {
+        if self.cursors.len() >= 4096 && !self.cursors.contains_key(uid) {
+            self.cursors.clear();
         }
-        let key = (unit.to_string(), stage.field());
-        if self.seen.get(&key) == Some(&run.key) {
-            return false;
-        }
-        if self.seen.len() >= 4096 {
-            self.seen.clear();
-        }
-        self.seen.insert(key, run.key.clone());
-        true
+        self.cursors.insert(uid.to_string(), cursor.to_string());
+    }
+
+    /// The pod is gone.
+    pub fn forget(&mut self, uid: &str) {
+        self.cursors.remove(uid);
     }
 }
 
@@ -185,51 +174,60 @@ pub fn events(
     }
 }
 
+/// `LifecycleHTTPFallback`'s message: `host` is `host:port`.
+pub fn fallback_message(host: &str) -> String {
+    format!("request to HTTPS lifecycle hook {host} got HTTP response, retry with HTTP succeeded")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn reads_systemctl_exec_status() {
-        // As systemd 252 prints it: the service's properties, then the unit's.
-        let text = "ExecStartPost={ path=/usr/bin/podunit ; argv[]=/usr/bin/podunit hook http --path=/x ; start_time=[y] ; ignore_errors=no ; start_time=[@1700000000] ; stop_time=[@1700000001] ; pid=42 ; code=exited ; status=1 }\n\
-ExecStop={ path=/usr/bin/podunit ; argv[]=/usr/bin/podunit hook --pre-stop sleep --seconds=3 ; ignore_errors=no ; start_time=[@1700000005] ; stop_time=[@1700000008] ; pid=50 ; code=killed ; status=15/TERM }\n\
-Id=a.service\n\
-\n\
-ExecStartPost={ path=/bin/true ; argv[]=/bin/true ; ignore_errors=no ; start_time=[@1700000000] ; stop_time=[@1700000000] ; pid=7 ; code=exited ; status=0/SUCCESS }\n\
-ExecStop={ path=/bin/true ; argv[]=/bin/true ; ignore_errors=no ; start_time=[n/a] ; stop_time=[n/a] ; pid=0 ; code=(null) ; status=0/0 }\n\
-Id=b.service\n";
-        let got = parse_show(text);
-        assert_eq!(got.len(), 2);
-        let a = &got[0].1;
-        assert_eq!(got[0].0, "a.service");
-        let post = a.post_start.as_ref().unwrap();
-        assert_eq!(post.failed, Some(Exit::Status(1)));
-        assert_eq!(post.key, "[@1700000000] 42");
+    fn reads_systemds_process_exit_entries() {
+        // As journalctl 252 prints them (`--output=json`, the fields asked for).
+        let text = r#"{"__CURSOR":"s=a;i=1","__REALTIME_TIMESTAMP":"1","UNIT":"a.service","COMMAND":"ExecStartPost","EXIT_CODE":"exited","EXIT_STATUS":"1"}
+{"__CURSOR":"s=a;i=2","UNIT":"a.service","COMMAND":"ExecStop","EXIT_CODE":"killed","EXIT_STATUS":"15"}
+{"__CURSOR":"s=a;i=3","UNIT":"b.service","COMMAND":"ExecStop","EXIT_CODE":"exited","EXIT_STATUS":"0"}
+{"__CURSOR":"s=a;i=4","UNIT":"b.service","COMMAND":"ExecStart","EXIT_CODE":"exited","EXIT_STATUS":"2"}
+{"__CURSOR":"s=a;i=5","UNIT":[1,2],"COMMAND":"ExecStop","EXIT_CODE":"exited","EXIT_STATUS":"2"}
+not json
+"#;
+        let got = parse_journal(text);
         assert_eq!(
-            a.pre_stop.as_ref().unwrap().failed,
-            Some(Exit::Signal("TERM".into()))
+            got,
+            [
+                HookExit {
+                    unit: "a.service".into(),
+                    stage: Stage::PostStart,
+                    exit: Exit::Status(1),
+                    cursor: "s=a;i=1".into()
+                },
+                HookExit {
+                    unit: "a.service".into(),
+                    stage: Stage::PreStop,
+                    exit: Exit::Signal("TERM".into()),
+                    cursor: "s=a;i=2".into()
+                }
+            ]
         );
-        let b = &got[1].1;
-        assert!(b.post_start.as_ref().unwrap().ok);
-        assert_eq!(b.pre_stop, None, "never ran");
     }
 
     #[test]
-    fn each_failed_run_once_and_none_from_before() {
-        let run = |start: i64, pid: u32, failed: bool| Run {
-            key: format!("[@{start}] {pid}"),
-            start_s: Some(start),
-            failed: failed.then_some(Exit::Status(1)),
-            ok: !failed,
-        };
+    fn looks_start_after_the_last_entry_seen() {
+        let units = ["a.service".to_string(), "b.service".to_string()];
+        let first = journal_args(&units, None, 100);
+        assert!(first.contains(&"--since=@100".to_string()), "{first:?}");
+        assert!(first.contains(&"_PID=1".to_string()));
+        assert!(first.contains(&"UNIT=b.service".to_string()));
         let mut seen = Seen::new(100);
-        assert!(!seen.fresh_failure("a", Stage::PostStart, &run(99, 1, true)));
-        assert!(seen.fresh_failure("a", Stage::PostStart, &run(101, 2, true)));
-        assert!(!seen.fresh_failure("a", Stage::PostStart, &run(101, 2, true)));
-        assert!(seen.fresh_failure("a", Stage::PreStop, &run(101, 3, true)));
-        assert!(!seen.fresh_failure("a", Stage::PostStart, &run(102, 4, false)));
-        assert!(seen.fresh_failure("a", Stage::PostStart, &run(103, 5, true)));
+        assert_eq!(seen.from("u1"), (None, 100));
+        seen.advance("u1", "s=a;i=2");
+        assert_eq!(seen.from("u1"), (Some("s=a;i=2"), 100));
+        let next = journal_args(&units, seen.from("u1").0, 100);
+        assert!(next.contains(&"--after-cursor=s=a;i=2".to_string()));
+        seen.forget("u1");
+        assert_eq!(seen.from("u1"), (None, 100));
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! so the D-Bus client (signals instead of waiting) can replace the `systemctl` implementation
 //! without touching the loops.
 
-use crate::kube::hook_events::{self, Runs as HookRuns};
+use crate::kube::hook_events::{self, HookExit};
 use crate::status::unit::{ExitKind, UnitState};
 use std::collections::{BTreeSet, HashMap};
 use std::process::Command;
@@ -22,10 +22,16 @@ pub trait Units: Send + Sync {
     /// Starts `argv` once as the transient unit `name` in the service manager's context (outside
     /// podunit-sync's sandbox), without waiting for it; the unit is collected when done.
     fn run_once(&self, name: &str, description: &str, argv: &[String]) -> Result<(), String>;
-    /// The last run of each container unit's lifecycle hooks (`ExecStartPost=`, `ExecStop=`);
-    /// empty when this edge cannot tell.
-    fn hook_runs(&self, _units: &[String]) -> Result<Vec<(String, HookRuns)>, String> {
-        Ok(Vec::new())
+    /// The container units' failed lifecycle hook runs (`ExecStartPost=`, `ExecStop=`) after the
+    /// journal cursor `after`, or since `since_s` (see [`hook_events::journal_args`]). From the
+    /// journal whichever edge talks to systemd: it keeps them after the units are gone.
+    fn hook_exits(
+        &self,
+        units: &[String],
+        after: Option<&str>,
+        since_s: i64,
+    ) -> Result<Vec<HookExit>, String> {
+        journal_hook_exits(units, after, since_s)
     }
     /// Load, active and sub state of every podunit unit systemd has loaded, in one call; `None`
     /// when this edge cannot list them cheaply.
@@ -104,19 +110,28 @@ fn run(args: &[&str]) -> Result<String, String> {
     }
 }
 
-/// `systemctl show` of the hooks' exec status (see [`hook_events::parse_show`]).
-fn show_hook_runs(units: &[String]) -> Result<Vec<(String, HookRuns)>, String> {
+/// The journal's record of failed hook runs (see [`hook_events::parse_journal`]).
+fn journal_hook_exits(
+    units: &[String],
+    after: Option<&str>,
+    since_s: i64,
+) -> Result<Vec<HookExit>, String> {
     if units.is_empty() {
         return Ok(Vec::new());
     }
-    let mut args = vec![
-        "show",
-        "--timestamp=unix",
-        "-p",
-        hook_events::SHOW_PROPERTIES,
-    ];
-    args.extend(units.iter().map(String::as_str));
-    run(&args).map(|t| hook_events::parse_show(&t))
+    let out = Command::new("journalctl")
+        .args(hook_events::journal_args(units, after, since_s))
+        .output()
+        .map_err(|e| format!("journalctl: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "journalctl: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(hook_events::parse_journal(&String::from_utf8_lossy(
+        &out.stdout,
+    )))
 }
 
 impl Units for Systemctl {
@@ -130,10 +145,6 @@ impl Units for Systemctl {
         let mut args = vec!["show", "--timestamp=unix", "-p", SHOW_PROPERTIES];
         args.extend(units.iter().map(String::as_str));
         run(&args).map(|t| parse_show(&t))
-    }
-
-    fn hook_runs(&self, units: &[String]) -> Result<Vec<(String, HookRuns)>, String> {
-        show_hook_runs(units)
     }
 
     fn stop(&self, units: &[String], kill: bool) -> Result<(), String> {
@@ -291,11 +302,6 @@ impl Units for Dbus {
 
     fn wait_change(&self, timeout: Duration) -> bool {
         self.wait_changes(timeout) != Changes::None
-    }
-
-    fn hook_runs(&self, units: &[String]) -> Result<Vec<(String, HookRuns)>, String> {
-        // Exec status arrays are simpler to read from systemctl than as `a(sasbttttuii)`.
-        show_hook_runs(units)
     }
 
     fn states(&self) -> Option<HashMap<String, UnitStates>> {

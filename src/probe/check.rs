@@ -212,9 +212,18 @@ pub fn get(req: &Get<'_>, timeout: Option<Duration>, user_agent: &str) -> Result
         for (k, v) in req.headers {
             r = r.header(k.as_str(), v.as_str());
         }
-        let mut resp = r
-            .call()
-            .map_err(|e| format!("Get {first:?}: {}", ureq_error(&e)))?;
+        let mut resp = r.call().map_err(|e| {
+            let addr = host_of(&target).map_or_else(String::new, |h| {
+                let port = target
+                    .split_once("://")
+                    .and_then(|(_, r)| r.split(['/', '?', '#']).next())
+                    .and_then(|a| a.rsplit_once(':'))
+                    .and_then(|(_, p)| p.parse().ok())
+                    .unwrap_or(req.port);
+                join_host_port(&h, port)
+            });
+            format!("Get {first:?}: {}", ureq_error(&e, &addr))
+        })?;
         let code = resp.status().as_u16();
         let location = resp
             .headers()
@@ -265,13 +274,25 @@ fn resolve(base: &str, loc: &str) -> String {
     format!("{scheme}://{authority}{dir}/{loc}")
 }
 
-fn ureq_error(e: &ureq::Error) -> String {
+/// `addr`: the `host:port` dialled, which Go names in connection errors.
+fn ureq_error(e: &ureq::Error, addr: &str) -> String {
+    use std::io::ErrorKind::{
+        AddrNotAvailable, ConnectionRefused, HostUnreachable, NetworkUnreachable,
+    };
     match e {
+        ureq::Error::Io(io)
+            if matches!(
+                io.kind(),
+                ConnectionRefused | HostUnreachable | NetworkUnreachable | AddrNotAvailable
+            ) =>
+        {
+            format!("dial tcp {addr}: connect: {}", go_error(io))
+        }
         ureq::Error::Io(io) => go_error(io),
         ureq::Error::Timeout(_) => {
             "context deadline exceeded (Client.Timeout exceeded while awaiting headers)".into()
         }
-        ureq::Error::ConnectionFailed => "connect: connection refused".into(),
+        ureq::Error::ConnectionFailed => format!("dial tcp {addr}: connect: connection refused"),
         other => other.to_string(),
     }
 }
@@ -387,12 +408,12 @@ mod tests {
                 "dial tcp 127.0.0.1:{port}: connect: connection refused"
             ))
         );
-        match http(false, "127.0.0.1", port, "/", &[], T) {
-            Outcome::Failure(m) => {
-                assert!(m.starts_with(&format!("Get \"http://127.0.0.1:{port}/\": ")))
-            }
-            o => panic!("{o:?}"),
-        }
+        assert_eq!(
+            http(false, "127.0.0.1", port, "/", &[], T),
+            Outcome::Failure(format!(
+                "Get \"http://127.0.0.1:{port}/\": dial tcp 127.0.0.1:{port}: connect: connection refused"
+            ))
+        );
     }
 
     #[test]

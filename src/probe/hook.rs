@@ -100,13 +100,16 @@ pub fn hook(ctr: &core::Container, h: &core::LifecycleHandler) -> Option<Hook> {
 }
 
 /// The arguments of `podunit hook` (after the program) for an `httpGet` or `sleep` hook;
-/// `None` for an exec hook. `record`: where a failed preStop leaves its error for podunit-sync.
-/// Every value from the manifest is one `--name=value` word, so none can pass for an option.
-pub fn helper_args(hook: &Hook, stage: Stage, record: &str) -> Option<Vec<String>> {
+/// `None` for an exec hook. `record`: where the run leaves what podunit-sync reports of it
+/// ([`record_path`]). Every value from the manifest is one `--name=value` word, so none can pass
+/// for an option.
+pub fn helper_args(hook: &Hook, stage: Stage, record: Option<&str>) -> Option<Vec<String>> {
     let mut a = vec!["hook".to_string()];
     if stage == Stage::PreStop {
         a.push("--pre-stop".into());
-        a.push(format!("--record={record}"));
+    }
+    if let Some(r) = record {
+        a.push(format!("--record={r}"));
     }
     match hook {
         Hook::Exec(_) => return None,
@@ -137,9 +140,28 @@ pub fn helper_args(hook: &Hook, stage: Stage, record: &str) -> Option<Vec<String
     Some(a)
 }
 
-/// Where `podunit hook` leaves a failed preStop's error: in the pod's runtime directory.
-pub fn record_path(runtime_dir: &str, container: &str) -> String {
-    format!("{runtime_dir}/hooks/{container}.preStop")
+/// Where `podunit hook` leaves what podunit-sync turns into events: a failed run's error, an
+/// HTTPS request answered in HTTP. One directory per pod, written only when podunit-sync (the
+/// node agent, which reads and removes them) has made this one, so a node without it keeps
+/// nothing. Not in the pod's runtime directory: that goes as soon as the pod's units stopped,
+/// before the agent may have read it.
+pub const RECORDS: &str = "/run/podunit/hooks";
+
+/// The record of `container`'s `stage` hook of pod `uid`; `None` for a uid unfit for a path.
+pub fn record_path(uid: &str, container: &str, stage: Stage) -> Option<String> {
+    let fit = |s: &str| {
+        !s.is_empty()
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.')
+            && !s.starts_with('.')
+    };
+    (fit(uid) && fit(container)).then(|| format!("{RECORDS}/{uid}/{container}.{}", stage.field()))
+}
+
+/// Next to a record: where `podunit hook` leaves the `host:port` of an HTTPS request that was
+/// answered in HTTP and retried in HTTP (`LifecycleHTTPFallback`).
+pub fn fallback_path(record: &str) -> String {
+    format!("{record}.fallback")
 }
 
 #[cfg(test)]
@@ -214,9 +236,10 @@ mod tests {
         let lc = c.lifecycle.as_ref().unwrap();
         let post = hook(&c, lc.post_start.as_ref().unwrap()).unwrap();
         assert_eq!(
-            helper_args(&post, Stage::PostStart, "/r").unwrap(),
+            helper_args(&post, Stage::PostStart, Some("/r")).unwrap(),
             [
                 "hook",
+                "--record=/r",
                 "http",
                 "--https",
                 "--host=-x",
@@ -228,18 +251,25 @@ mod tests {
         let pre = hook(&c, lc.pre_stop.as_ref().unwrap()).unwrap();
         assert_eq!(pre, Hook::Sleep(5));
         assert_eq!(
-            helper_args(&pre, Stage::PreStop, "/run/x/hooks/web.preStop").unwrap(),
+            helper_args(
+                &pre,
+                Stage::PreStop,
+                record_path("u-1", "web", Stage::PreStop).as_deref()
+            )
+            .unwrap(),
             [
                 "hook",
                 "--pre-stop",
-                "--record=/run/x/hooks/web.preStop",
+                "--record=/run/podunit/hooks/u-1/web.preStop",
                 "sleep",
                 "--seconds=5"
             ]
         );
         assert_eq!(
-            helper_args(&Hook::Exec(vec!["x".into()]), Stage::PostStart, ""),
+            helper_args(&Hook::Exec(vec!["x".into()]), Stage::PostStart, None),
             None
         );
+        assert_eq!(record_path("../x", "web", Stage::PreStop), None);
+        assert_eq!(record_path("", "web", Stage::PreStop), None);
     }
 }

@@ -358,8 +358,8 @@ fn one(
             let Some(h) = h.as_ref().and_then(|h| hook::hook(c, h)) else {
                 continue;
             };
-            let record = hook::record_path(&ctx.plan.runtime_dir, &c.name);
-            match (&h, hook::helper_args(&h, stage, &record)) {
+            let record = hook::record_path(&ctx.plan.uid, &c.name, stage);
+            match (&h, hook::helper_args(&h, stage, record.as_deref())) {
                 // The kubelet runs hook commands as written: no $(VAR) expansion.
                 (Hook::Exec(cmd), _) => {
                     svc.add(key, Value::Exec(cmd.iter().map(Arg::text).collect()));

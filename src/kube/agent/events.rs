@@ -53,7 +53,9 @@ impl Worker {
     }
 
     /// `FailedPostStartHook` and `FailedPreStopHook` for the pod's hook runs that failed since
-    /// the last look (see [`crate::kube::hook_events`]).
+    /// the last look, and `LifecycleHTTPFallback` for its HTTPS hooks answered in HTTP (see
+    /// [`crate::kube::hook_events`]). The journal and the records keep them after the units are
+    /// gone, so the termination path calls this last, after the stop.
     pub(super) fn hook_events(&mut self, pod: &Pod) {
         use crate::probe::hook::{self, Stage};
         let Some(spec) = pod.spec.as_ref() else {
@@ -80,60 +82,78 @@ impl Worker {
         if hooked.is_empty() {
             return;
         }
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
         let units: Vec<String> = hooked.iter().map(|(u, _)| u.clone()).collect();
-        let runs = match self.units.hook_runs(&units) {
+        let (after, since) = self.hooks_seen.from(&uid);
+        let exits = match self.units.hook_exits(&units, after, since) {
             Ok(r) => r,
             Err(e) => {
                 log(format!("{ns}/{name}: lifecycle hook status: {e}"));
                 return;
             }
         };
-        let uid = pod.metadata.uid.clone().unwrap_or_default();
         let pod_ref = crate::kube::events::message::pod_ref(&name, &ns, &uid);
-        for (unit, r) in runs {
-            let Some((_, c)) = hooked.iter().find(|(u, _)| *u == unit) else {
+        let record = |c: &str, stage: Stage| {
+            hook::record_path(&uid, c, stage).map(|r| self.cfg.paths.host(&r))
+        };
+        let mut posts = Vec::new();
+        for x in &exits {
+            let Some((_, c)) = hooked.iter().find(|(u, _)| *u == x.unit) else {
                 continue;
             };
-            let Some(lc) = c.lifecycle.as_ref() else {
+            let handler = c.lifecycle.as_ref().and_then(|lc| match x.stage {
+                Stage::PostStart => lc.post_start.as_ref(),
+                Stage::PreStop => lc.pre_stop.as_ref(),
+            });
+            let Some(h) = handler.and_then(|h| hook::hook(c, h)) else {
                 continue;
             };
-            for (stage, handler, run) in [
-                (Stage::PostStart, &lc.post_start, &r.post_start),
-                (Stage::PreStop, &lc.pre_stop, &r.pre_stop),
-            ] {
-                let (Some(handler), Some(run)) = (handler, run) else {
-                    continue;
-                };
-                let Some(h) = hook::hook(c, handler) else {
-                    continue;
-                };
-                let Some(exit) = run.failed.clone() else {
-                    continue;
-                };
-                if !self.hooks_seen.fresh_failure(&unit, stage, run) {
-                    continue;
+            // What `podunit hook` left of a failed preStop's error (read once).
+            let error = match (x.stage, record(&c.name, x.stage)) {
+                (Stage::PreStop, Some(r)) => {
+                    let e = std::fs::read_to_string(&r).ok();
+                    let _ = std::fs::remove_file(&r);
+                    e
                 }
-                // What `podunit hook` left of a failed preStop's error (read once).
-                let record = self.cfg.paths.host(&hook::record_path(
-                    &format!("{}/{uid}", crate::common::paths::Paths::RUNTIME),
-                    &c.name,
-                ));
-                let error = (stage == Stage::PreStop)
-                    .then(|| std::fs::read_to_string(&record).ok())
-                    .flatten();
-                let _ = std::fs::remove_file(&record);
-                let obj = crate::kube::events::Involved::container(pod, &c.name);
-                for (type_, reason, message) in crate::kube::hook_events::events(
-                    stage,
-                    &h,
-                    &c.name,
-                    &pod_ref,
-                    &exit,
-                    error.as_deref(),
-                ) {
-                    self.post_event(&obj, type_, reason, &message);
+                _ => None,
+            };
+            let obj = crate::kube::events::Involved::container(pod, &c.name);
+            for e in crate::kube::hook_events::events(
+                x.stage,
+                &h,
+                &c.name,
+                &pod_ref,
+                &x.exit,
+                error.as_deref(),
+            ) {
+                posts.push((obj.clone(), e));
+            }
+        }
+        // The kubelet reports a fallback about the pod (`eventRecorder.Event(pod, ...)`).
+        for (_, c) in &hooked {
+            for stage in [Stage::PostStart, Stage::PreStop] {
+                let Some(r) = record(&c.name, stage) else {
+                    continue;
+                };
+                let f = std::path::PathBuf::from(hook::fallback_path(&r.to_string_lossy()));
+                if let Ok(host) = std::fs::read_to_string(&f) {
+                    let _ = std::fs::remove_file(&f);
+                    posts.push((
+                        crate::kube::events::Involved::pod(pod),
+                        (
+                            "Warning",
+                            "LifecycleHTTPFallback",
+                            crate::kube::hook_events::fallback_message(host.trim()),
+                        ),
+                    ));
                 }
             }
+        }
+        if let Some(last) = exits.last() {
+            self.hooks_seen.advance(&uid, &last.cursor);
+        }
+        for (obj, (type_, reason, message)) in posts {
+            self.post_event(&obj, type_, reason, &message);
         }
     }
 

@@ -108,6 +108,8 @@ impl Worker {
             let uid = rec.uid.clone();
             let pod = rec.pod.get();
             // The preStop hooks ran during this stop: their failures are events before it goes.
+            // Read from the journal and the hooks' records, which outlive the units: the local
+            // reconciler resets and unloads them as soon as they have stopped.
             self.hook_events(&pod);
             self.remove_pod_dirs(&uid);
             let path = client::path::<Pod>(Some(&k.0), Some(&k.1));
@@ -144,14 +146,16 @@ impl Worker {
             self.mark_dirty(k);
         }
         crate::kube::waitrecord::release(&self.cfg.paths, &rec.uid);
+        self.hooks_seen.forget(&rec.uid);
         self.forget_pulls(&rec.uid, &rec.pod.get());
         self.remove_pod_dirs(&rec.uid);
     }
 
-    /// Removes /var/lib/podunit/pods/<uid> and /run/podunit/pods/<uid>.
+    /// Removes /var/lib/podunit/pods/<uid>, /run/podunit/pods/<uid> and the hooks' records.
     fn remove_pod_dirs(&self, uid: &str) {
         if !uid.is_empty() && !uid.contains('/') && !uid.contains("..") {
-            for base in [Paths::STATE, Paths::RUNTIME, Paths::TOKENS] {
+            let hooks = crate::probe::hook::RECORDS;
+            for base in [Paths::STATE, Paths::RUNTIME, Paths::TOKENS, hooks] {
                 let _ = std::fs::remove_dir_all(self.cfg.paths.host(&format!("{base}/{uid}")));
             }
         }

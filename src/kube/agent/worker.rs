@@ -77,6 +77,14 @@ impl Worker {
         let spool = Spool::new(cfg.paths.spool());
         spool.init()?;
         crate::kube::waitrecord::release_all(&cfg.paths);
+        // Its presence tells `podunit hook` to leave records for the hooks' events.
+        {
+            use std::os::unix::fs::DirBuilderExt;
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(cfg.paths.host(crate::probe::hook::RECORDS))?;
+        }
         let cfg_max_backoff = cfg.timing.max_backoff_seconds.max(1);
         let events = crate::kube::events::Correlator::new(&cfg.node_name);
         Ok(Worker {
