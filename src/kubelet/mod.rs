@@ -11,7 +11,11 @@ pub mod http;
 pub mod spdy;
 
 #[cfg(feature = "cli")]
+pub mod attach;
+#[cfg(feature = "cli")]
 pub mod auth;
+#[cfg(feature = "cli")]
+pub mod portforward;
 #[cfg(feature = "cli")]
 pub mod query;
 #[cfg(feature = "cli")]
