@@ -612,31 +612,48 @@ fn lines_of(r: impl std::io::Read + Send + 'static) -> mpsc::Receiver<String> {
     rx
 }
 
-/// The first line from `rx` that contains `what`, with every line seen before it.
-fn wait_line(rx: &mpsc::Receiver<String>, what: &str) -> String {
+/// The first line from `rx` that contains `what`; else why not, with every line seen.
+fn next_line(rx: &mpsc::Receiver<String>, what: &str) -> Result<String, String> {
     let mut seen = String::new();
     loop {
         match rx.recv_timeout(SOON) {
-            Ok(l) if l.contains(what) => return l,
+            Ok(l) if l.contains(what) => return Ok(l),
             Ok(l) => {
                 seen.push_str(&l);
                 seen.push('\n');
             }
-            Err(e) => panic!("no line with {what:?} ({e}); saw:\n{seen}"),
+            Err(e) => return Err(format!("no line with {what:?} ({e}); saw:\n{seen}")),
         }
     }
 }
 
-/// Sends one line through a forwarded local port and reads the answer to its end.
-fn through(local: u16, line: &str) -> std::io::Result<String> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", local))?;
-    s.set_read_timeout(Some(SOON))?;
-    s.write_all(line.as_bytes())?;
-    s.write_all(b"\n")?;
-    let mut out = Vec::new();
-    s.read_to_end(&mut out)?;
-    Ok(String::from_utf8_lossy(&out).into_owned())
+fn wait_line(rx: &mpsc::Receiver<String>, what: &str) -> String {
+    next_line(rx, what).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Sends one line through a forwarded local port in the machine's network (where kubectl runs)
+/// and reads the answer to its end.
+fn through(m: &Machine, local: u16, line: &str) -> std::io::Result<String> {
+    use std::io::Write;
+    let client = "$s = IO::Socket::INET->new(PeerAddr => \"127.0.0.1:$ARGV[0]\") or die \
+        \"connect: $!\\n\"; local $/; $in = <STDIN>; print $s $in; print while <$s>";
+    let mut c = in_machine_net(m, "perl")
+        .args(["-MIO::Socket::INET", "-e", client, &local.to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let mut w = c.stdin.take().expect("piped");
+    w.write_all(line.as_bytes())?;
+    w.write_all(b"\n")?;
+    drop(w);
+    let out = c.wait_with_output()?;
+    if !out.status.success() {
+        return Err(std::io::Error::other(
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 #[test]
@@ -657,10 +674,21 @@ fn port_forward_and_attach_through_a_real_apiserver() {
             .then_some(())
     });
 
+    m.wait_for("the pod Running", SOON, || {
+        kubectl(&cp, &["get", "pod", "pong", "-o", "jsonpath={.status.phase}"])
+            .is_ok_and(|p| p == "Running")
+            .then_some(())
+    });
     // port-forward: one session, a connection per fetch, the bytes both ways whole.
     let mut pf = cp
         .kubectl()
-        .args(["port-forward", "pod/pong", "18089:8089", "18090:8090"])
+        .args([
+            "port-forward",
+            "-v=6",
+            "pod/pong",
+            "18089:8089",
+            "18090:8090",
+        ])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -668,13 +696,21 @@ fn port_forward_and_attach_through_a_real_apiserver() {
         .unwrap();
     let out = lines_of(pf.stdout.take().unwrap());
     let err = lines_of(pf.stderr.take().unwrap());
-    wait_line(&out, "Forwarding from 127.0.0.1:18090");
-    assert_eq!(through(18089, "hello").unwrap(), "pong:hello\n");
+    let failed = |e: String| -> ! {
+        std::thread::sleep(Duration::from_secs(1));
+        let rest: Vec<String> = err.try_iter().collect();
+        panic!("{e}\nkubectl port-forward: {}", rest.join("\n"))
+    };
+    if let Err(e) = next_line(&out, "Forwarding from 127.0.0.1:18090") {
+        failed(e);
+    }
+    let fetch = |line: &str| through(&m, 18089, line).unwrap_or_else(|e| failed(e.to_string()));
+    assert_eq!(fetch("hello"), "pong:hello\n");
     let big: String = (0..20000).map(|i| format!("{i},")).collect();
-    assert_eq!(through(18089, &big).unwrap(), format!("pong:{big}\n"));
-    assert_eq!(through(18089, "again").unwrap(), "pong:again\n");
+    assert_eq!(fetch(&big), format!("pong:{big}\n"));
+    assert_eq!(fetch("again"), "pong:again\n");
     // A port nothing listens on: the node's reason, as kubectl prints it.
-    let refused = through(18090, "hi");
+    let refused = through(&m, 18090, "hi");
     assert!(
         matches!(&refused, Ok(s) if s.is_empty()) || refused.is_err(),
         "{refused:?}"

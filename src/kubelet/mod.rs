@@ -8,6 +8,8 @@
 // Pure std: built without `cli` too, for the fuzz target.
 pub mod http;
 #[cfg(feature = "spdy")]
+pub mod portforward_streams;
+#[cfg(feature = "spdy")]
 pub mod spdy;
 
 #[cfg(feature = "cli")]
