@@ -675,20 +675,17 @@ fn port_forward_and_attach_through_a_real_apiserver() {
     });
 
     m.wait_for("the pod Running", SOON, || {
-        kubectl(&cp, &["get", "pod", "pong", "-o", "jsonpath={.status.phase}"])
-            .is_ok_and(|p| p == "Running")
-            .then_some(())
+        kubectl(
+            &cp,
+            &["get", "pod", "pong", "-o", "jsonpath={.status.phase}"],
+        )
+        .is_ok_and(|p| p == "Running")
+        .then_some(())
     });
     // port-forward: one session, a connection per fetch, the bytes both ways whole.
     let mut pf = cp
         .kubectl()
-        .args([
-            "port-forward",
-            "-v=6",
-            "pod/pong",
-            "18089:8089",
-            "18090:8090",
-        ])
+        .args(["port-forward", "pod/pong", "18089:8089", "18090:8090"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -763,7 +760,18 @@ fn port_forward_and_attach_through_a_real_apiserver() {
         .spawn()
         .unwrap();
     let seen = lines_of(at.stdout.take().unwrap());
-    let first = tick(&wait_line(&seen, "tick-"));
+    let at_err = lines_of(at.stderr.take().unwrap());
+    let first = next_line(&seen, "tick-").unwrap_or_else(|e| {
+        let rest: Vec<String> = at_err.try_iter().collect();
+        panic!(
+            "{e}\nkubectl attach: {}\n{}",
+            rest.join("\n"),
+            m.sh("journalctl -u podunit-sync --no-pager | tail -n 30")
+                .stdout
+                .escape_ascii()
+        )
+    });
+    let first = tick(&first);
     assert!(
         first > before,
         "attach began at {first}, before it {before}"
@@ -790,4 +798,24 @@ fn port_forward_and_attach_through_a_real_apiserver() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(stderr.contains("has no stdin to attach to"), "{stderr}");
+    let (acrt, akey) = cp.client_cert("kubelet-admin", "kubelet-admin", "system:masters");
+    let at_port = in_machine_net(&m, "curl")
+        .args(["-sk", "-X", "POST", "-w", "\n%{http_code}"])
+        .args(cert_args(&acrt, &akey))
+        .arg(format!(
+            "https://127.0.0.1:{PORT}/attach/default/ticker/main?input=1&output=1"
+        ))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&at_port.stdout);
+    assert!(text.ends_with("\n400"), "{text}");
+    let status: Value = serde_json::from_str(text.trim_end_matches("\n400")).unwrap();
+    assert_eq!(status["reason"], "BadRequest");
+    assert!(
+        status["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("container main in pod default/ticker has no stdin to attach to"),
+        "{status}"
+    );
 }

@@ -10,7 +10,7 @@
 //! in a manifest are warned about and ignored), so an attach asking for stdin or a TTY is
 //! refused before the upgrade, with the reason, rather than connected to nothing.
 
-use super::http::Request;
+use super::http::{self, Request};
 use super::remotecommand::{self, Conn, Options, Streams};
 use super::server::{State, Tls};
 use super::spdy;
@@ -66,7 +66,11 @@ pub(super) fn attach(state: &State, stream: &mut Tls, req: &Request, rest: &str)
     };
     let pod = format!("{ns}/{name}");
     if let Some(why) = refusal(&opts, &pod, container) {
-        return reply(stream, 400, &why);
+        // As a `metav1.Status`: what clients decode from a refused upgrade and print.
+        let body = serde_json::json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
+            "status": "Failure", "message": why.trim_end(), "reason": "BadRequest", "code": 400});
+        let body = serde_json::to_vec(&body).expect("serializable");
+        return http::write_response(stream, 400, "application/json", &body, req.close).is_ok();
     }
     let run = crate::systemd::Client::system().and_then(|c| {
         let s = c.unit_state(&unit)?;
