@@ -79,7 +79,8 @@ pub fn journalctl_args(
         (None, Some(n)) => v.push(format!("--lines={n}")),
         (None, None) => {}
     }
-    if let Some(us) = o.since_micros {
+    // journalctl takes only one of `--since` and `--after-cursor`; the cursor is past the bound.
+    if let (Some(us), None) = (o.since_micros, after) {
         // Whole seconds here; the exact bound is applied to each entry's own time.
         v.push(format!("--since=@{}", us.div_euclid(1_000_000)));
     }
@@ -305,6 +306,8 @@ mod tests {
         let a = journalctl_args(&k, "nginx", &o, Some("s=1;i=2"));
         assert!(a.contains(&"--after-cursor=s=1;i=2".to_string()));
         assert!(!a.iter().any(|x| x.starts_with("--lines")));
+        // journalctl refuses --since with --after-cursor.
+        assert!(!a.iter().any(|x| x.starts_with("--since")));
     }
 
     #[test]

@@ -587,3 +587,235 @@ fn exec_locally_and_through_a_real_apiserver() {
         (!flood_running(&m)).then_some(())
     });
 }
+
+/// A pod answering each connection on 127.0.0.1:8089 with `pong:` and the line it read, then
+/// closing it.
+fn pong_pod(name: &str) -> String {
+    let script = "exec perl -MIO::Socket::INET -e '$s = IO::Socket::INET->new(LocalAddr => \
+        \"127.0.0.1\", LocalPort => 8089, Listen => 8, ReuseAddr => 1) or die \"listen: $!\"; \
+        $| = 1; print \"listening\\n\"; while ($c = $s->accept) { $l = <$c>; \
+        print $c \"pong:$l\"; close $c }'";
+    pod_yaml(name, "Always", script)
+}
+
+/// Lines of `r` as they come, on a channel.
+fn lines_of(r: impl std::io::Read + Send + 'static) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for l in BufReader::new(r).lines() {
+            let Ok(l) = l else { break };
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// The first line from `rx` that contains `what`; else why not, with every line seen.
+fn next_line(rx: &mpsc::Receiver<String>, what: &str) -> Result<String, String> {
+    let mut seen = String::new();
+    loop {
+        match rx.recv_timeout(SOON) {
+            Ok(l) if l.contains(what) => return Ok(l),
+            Ok(l) => {
+                seen.push_str(&l);
+                seen.push('\n');
+            }
+            Err(e) => return Err(format!("no line with {what:?} ({e}); saw:\n{seen}")),
+        }
+    }
+}
+
+fn wait_line(rx: &mpsc::Receiver<String>, what: &str) -> String {
+    next_line(rx, what).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Sends one line through a forwarded local port in the machine's network (where kubectl runs)
+/// and reads the answer to its end.
+fn through(m: &Machine, local: u16, line: &str) -> std::io::Result<String> {
+    use std::io::Write;
+    let client = "$s = IO::Socket::INET->new(PeerAddr => \"127.0.0.1:$ARGV[0]\") or die \
+        \"connect: $!\\n\"; local $/; $in = <STDIN>; print $s $in; print while <$s>";
+    let mut c = in_machine_net(m, "perl")
+        .args(["-MIO::Socket::INET", "-e", client, &local.to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let mut w = c.stdin.take().expect("piped");
+    w.write_all(line.as_bytes())?;
+    w.write_all(b"\n")?;
+    drop(w);
+    let out = c.wait_with_output()?;
+    if !out.status.success() {
+        return Err(std::io::Error::other(
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+#[test]
+fn port_forward_and_attach_through_a_real_apiserver() {
+    let m = Machine::boot("kubelet-pfwd");
+    let cp = ControlPlane::start(&m, NODE);
+    start_sync(&m);
+    cp.kubectl_ok(&["apply", "-f", "-"], Some(&pong_pod("pong")));
+    let ticker = "i=0; while :; do echo tick-$i; i=$((i+1)); sleep 0.2; done";
+    cp.kubectl_ok(
+        &["apply", "-f", "-"],
+        Some(&pod_yaml("ticker", "Always", ticker)),
+    );
+    wait_state(&m, &ctr_unit("default", "pong", "main"), &["active"]);
+    m.wait_for("the pod listening", SOON, || {
+        kubectl(&cp, &["logs", "pong"])
+            .is_ok_and(|l| l.contains("listening"))
+            .then_some(())
+    });
+
+    m.wait_for("the pod Running", SOON, || {
+        kubectl(
+            &cp,
+            &["get", "pod", "pong", "-o", "jsonpath={.status.phase}"],
+        )
+        .is_ok_and(|p| p == "Running")
+        .then_some(())
+    });
+    // port-forward: one session, a connection per fetch, the bytes both ways whole.
+    let mut pf = cp
+        .kubectl()
+        .args(["port-forward", "pod/pong", "18089:8089", "18090:8090"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = lines_of(pf.stdout.take().unwrap());
+    let err = lines_of(pf.stderr.take().unwrap());
+    let failed = |e: String| -> ! {
+        std::thread::sleep(Duration::from_secs(1));
+        let rest: Vec<String> = err.try_iter().collect();
+        panic!("{e}\nkubectl port-forward: {}", rest.join("\n"))
+    };
+    if let Err(e) = next_line(&out, "Forwarding from 127.0.0.1:18090") {
+        failed(e);
+    }
+    let fetch = |line: &str| through(&m, 18089, line).unwrap_or_else(|e| failed(e.to_string()));
+    assert_eq!(fetch("hello"), "pong:hello\n");
+    let big: String = (0..20000).map(|i| format!("{i},")).collect();
+    assert_eq!(fetch(&big), format!("pong:{big}\n"));
+    assert_eq!(fetch("again"), "pong:again\n");
+    // A port nothing listens on: the node's reason, as kubectl prints it.
+    let refused = through(&m, 18090, "hi");
+    assert!(
+        matches!(&refused, Ok(s) if s.is_empty()) || refused.is_err(),
+        "{refused:?}"
+    );
+    let line = wait_line(&err, "an error occurred forwarding 18090 -> 8090");
+    assert!(
+        line.contains("error forwarding port 8090 to pod default/pong")
+            && line.contains("onnection refused"),
+        "{line}"
+    );
+    let _ = pf.kill();
+    let _ = pf.wait();
+
+    // The gate: port-forward is nodes/proxy `create`.
+    let (ncrt, nkey) = cp.client_cert("nobody", "nobody", "");
+    let nobody = cert_args(&ncrt, &nkey);
+    let mut args: Vec<&str> = nobody.iter().map(|s| s.as_str()).collect();
+    args.extend(["-X", "POST"]);
+    assert_eq!(status_of(&m, "/portForward/default/pong", &args), "403");
+    assert_eq!(
+        status_of(&m, "/attach/default/ticker/main?stdout=1", &args),
+        "403"
+    );
+    assert_eq!(
+        status_of(&m, "/portForward/default/pong", &["-X", "POST"]),
+        "401"
+    );
+
+    // attach: the lines written from now on, in order, until the container's run ends.
+    let unit = ctr_unit("default", "ticker", "main");
+    wait_state(&m, &unit, &["active"]);
+    let tick = |l: &str| -> u64 {
+        l.trim()
+            .strip_prefix("tick-")
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("not a tick: {l:?}"))
+    };
+    let logged = m.wait_for("the ticker logging", SOON, || {
+        kubectl(&cp, &["logs", "ticker", "--tail=1"])
+            .ok()
+            .filter(|l| l.starts_with("tick-"))
+    });
+    let before = tick(&logged);
+    let mut at = cp
+        .kubectl()
+        .args(["attach", "ticker", "-c", "main"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let seen = lines_of(at.stdout.take().unwrap());
+    let at_err = lines_of(at.stderr.take().unwrap());
+    let first = next_line(&seen, "tick-").unwrap_or_else(|e| {
+        let rest: Vec<String> = at_err.try_iter().collect();
+        panic!(
+            "{e}\nkubectl attach: {}\n{}",
+            rest.join("\n"),
+            m.sh("journalctl -u podunit-sync --no-pager | tail -n 30")
+                .stdout
+                .escape_ascii()
+        )
+    });
+    let first = tick(&first);
+    assert!(
+        first > before,
+        "attach began at {first}, before it {before}"
+    );
+    for n in first + 1..first + 5 {
+        assert_eq!(tick(&wait_line(&seen, "tick-")), n);
+    }
+    // The run ends: so does the attach, successfully.
+    m.sh_ok(&format!("systemctl kill -s KILL --kill-who=main {unit}"));
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(at.wait());
+    });
+    let status = rx.recv_timeout(SOON).expect("attach ends with the run");
+    assert!(status.unwrap().success());
+
+    // Stdin: refused with the reason, never connected to nothing.
+    let out = cp
+        .kubectl()
+        .args(["attach", "-i", "ticker"])
+        .stdin(Stdio::piped())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("has no stdin to attach to"), "{stderr}");
+    let (acrt, akey) = cp.client_cert("kubelet-admin", "kubelet-admin", "system:masters");
+    let at_port = in_machine_net(&m, "curl")
+        .args(["-sk", "-X", "POST", "-w", "\n%{http_code}"])
+        .args(cert_args(&acrt, &akey))
+        .arg(format!(
+            "https://127.0.0.1:{PORT}/attach/default/ticker/main?input=1&output=1"
+        ))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&at_port.stdout);
+    assert!(text.ends_with("\n400"), "{text}");
+    let status: Value = serde_json::from_str(text.trim_end_matches("\n400")).unwrap();
+    assert_eq!(status["reason"], "BadRequest");
+    assert!(
+        status["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("container main in pod default/ticker has no stdin to attach to"),
+        "{status}"
+    );
+}

@@ -8,10 +8,16 @@
 // Pure std: built without `cli` too, for the fuzz target.
 pub mod http;
 #[cfg(feature = "spdy")]
+pub mod portforward_streams;
+#[cfg(feature = "spdy")]
 pub mod spdy;
 
 #[cfg(feature = "cli")]
+pub mod attach;
+#[cfg(feature = "cli")]
 pub mod auth;
+#[cfg(feature = "cli")]
+pub mod portforward;
 #[cfg(feature = "cli")]
 pub mod query;
 #[cfg(feature = "cli")]

@@ -55,6 +55,23 @@ pub struct Options {
 /// `input`, `output`, `error` and `tty` (as the API server names them for the kubelet; also the
 /// `stdin`, `stdout`, `stderr` of its own API) set by `1` (or `true`), at least one stream.
 pub fn options(req: &Request) -> Result<Options, String> {
+    let o = Options {
+        command: req
+            .query
+            .iter()
+            .filter(|(k, _)| k == "command")
+            .map(|(_, v)| v.clone())
+            .collect(),
+        ..stream_flags(req)?
+    };
+    if o.command.is_empty() {
+        return Err("you must specify a command".into());
+    }
+    Ok(o)
+}
+
+/// The stream flags of an exec or attach request (no command), at least one stream.
+pub fn stream_flags(req: &Request) -> Result<Options, String> {
     let set = |n: &str| matches!(req.param(n), Some("1" | "true"));
     let flag = |n: &str| {
         set(n)
@@ -65,22 +82,13 @@ pub fn options(req: &Request) -> Result<Options, String> {
                 other => other,
             })
     };
-    let command: Vec<String> = req
-        .query
-        .iter()
-        .filter(|(k, _)| k == "command")
-        .map(|(_, v)| v.clone())
-        .collect();
     let o = Options {
-        command,
+        command: Vec::new(),
         stdin: flag("stdin"),
         stdout: flag("stdout"),
         stderr: flag("stderr"),
         tty: flag("tty"),
     };
-    if o.command.is_empty() {
-        return Err("you must specify a command".into());
-    }
     if !(o.stdin || o.stdout || o.stderr) {
         return Err("you must specify at least 1 of stdin, stdout, stderr".into());
     }
@@ -88,8 +96,8 @@ pub fn options(req: &Request) -> Result<Options, String> {
 }
 
 /// The protocol to speak: the first of the client's (`X-Stream-Protocol-Version`, each header
-/// line one or more, comma-separated) that this server has.
-pub fn negotiate(req: &Request) -> Option<&'static str> {
+/// line one or more, comma-separated) that this server has (`supported`).
+pub fn negotiate(req: &Request, supported: &[&'static str]) -> Option<&'static str> {
     let offered: Vec<&str> = req
         .headers
         .iter()
@@ -99,7 +107,7 @@ pub fn negotiate(req: &Request) -> Option<&'static str> {
         .collect();
     offered
         .iter()
-        .find_map(|o| PROTOCOLS.iter().find(|p| *p == o).copied())
+        .find_map(|o| supported.iter().find(|p| *p == o).copied())
 }
 
 /// How the command ended, as the `error` stream of `protocol` carries it (nothing: success on
@@ -141,26 +149,25 @@ pub fn status_message(protocol: &str, argv: &[String], r: &Result<Exit, String>)
     serde_json::to_vec(&body).expect("serializable")
 }
 
+/// A plain-text answer to a request that is not upgraded; whether the connection may carry
+/// another.
+pub(super) fn refuse(stream: &mut Tls, req: &Request, status: u16, msg: &str) -> bool {
+    http::write_response(
+        stream,
+        status,
+        super::routes::TEXT,
+        msg.as_bytes(),
+        req.close,
+    )
+    .is_ok()
+}
+
 /// Serves the request; returns whether the connection may carry another (never, once
 /// upgraded).
 pub(super) fn exec(state: &State, stream: &mut Tls, req: &Request, rest: &str) -> bool {
-    let reply = |stream: &mut Tls, status: u16, msg: &str| {
-        http::write_response(
-            stream,
-            status,
-            super::routes::TEXT,
-            msg.as_bytes(),
-            req.close,
-        )
-        .is_ok()
-    };
-    let parts: Vec<&str> = rest.split('/').collect();
-    // `{ns}/{pod}/{container}`, or with the pod's UID before the container.
-    let (ns, name, container) = match parts[..] {
-        [ns, pod, c] | [ns, pod, _, c] if !ns.is_empty() && !pod.is_empty() && !c.is_empty() => {
-            (ns, pod, c)
-        }
-        _ => return reply(stream, 404, "404 page not found\n"),
+    let reply = |stream: &mut Tls, status: u16, msg: &str| refuse(stream, req, status, msg);
+    let Some((ns, name, container)) = container_path(rest) else {
+        return reply(stream, 404, "404 page not found\n");
     };
     if req.method != "POST" && req.method != "GET" {
         return reply(stream, 405, "405 method not allowed\n");
@@ -175,41 +182,67 @@ pub(super) fn exec(state: &State, stream: &mut Tls, req: &Request, rest: &str) -
             Ok(u) => u.to_string(),
             Err(e) => return reply(stream, 404, &format!("{e}\n")),
         };
-    let upgrade = req
-        .header("upgrade")
-        .is_some_and(|u| u.eq_ignore_ascii_case("SPDY/3.1"));
-    if !upgrade {
-        return reply(stream, 400, "Upgrade request required\n");
-    }
-    let Some(protocol) = negotiate(req) else {
-        let msg = format!(
-            "unable to upgrade: unable to negotiate protocol: client supports {:?}, server \
-             supports {PROTOCOLS:?}\n",
-            req.header("x-stream-protocol-version").unwrap_or("")
-        );
-        return reply(stream, 403, &msg);
+    let protocol = match upgrade(stream, req, &PROTOCOLS) {
+        Ok(p) => p,
+        Err(keep) => return keep,
     };
-    let head = format!(
-        "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\n\
-         X-Stream-Protocol-Version: {protocol}\r\n\r\n"
-    );
-    if stream.write_all(head.as_bytes()).is_err() || stream.flush().is_err() {
-        return false;
-    }
     let mut conn = Conn::new(stream);
     let _ = serve(&mut conn, &unit, (ns, name, container), protocol, &opts);
     conn.close();
     false
 }
 
+/// `{ns}/{pod}/{container}`, or with the pod's UID before the container (exec and attach).
+pub(super) fn container_path(rest: &str) -> Option<(&str, &str, &str)> {
+    let parts: Vec<&str> = rest.split('/').collect();
+    match parts[..] {
+        [ns, pod, c] | [ns, pod, _, c] if !ns.is_empty() && !pod.is_empty() && !c.is_empty() => {
+            Some((ns, pod, c))
+        }
+        _ => None,
+    }
+}
+
+/// Switches the connection to SPDY/3.1 speaking one of `supported`; else answers why not and
+/// returns whether the connection may carry another request.
+pub(super) fn upgrade(
+    stream: &mut Tls,
+    req: &Request,
+    supported: &[&'static str],
+) -> Result<&'static str, bool> {
+    let reply = |stream: &mut Tls, status: u16, msg: &str| refuse(stream, req, status, msg);
+    let spdy = req
+        .header("upgrade")
+        .is_some_and(|u| u.eq_ignore_ascii_case("SPDY/3.1"));
+    if !spdy {
+        return Err(reply(stream, 400, "Upgrade request required\n"));
+    }
+    let Some(protocol) = negotiate(req, supported) else {
+        let msg = format!(
+            "unable to upgrade: unable to negotiate protocol: client supports {:?}, server \
+             supports {supported:?}\n",
+            req.header("x-stream-protocol-version").unwrap_or("")
+        );
+        return Err(reply(stream, 403, &msg));
+    };
+    let head = format!(
+        "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\n\
+         X-Stream-Protocol-Version: {protocol}\r\n\r\n"
+    );
+    if stream.write_all(head.as_bytes()).is_err() || stream.flush().is_err() {
+        return Err(false);
+    }
+    Ok(protocol)
+}
+
 /// The streams a session uses, by their SPDY ids.
 #[derive(Debug, Default, Clone, Copy)]
-struct Streams {
-    error: Option<u32>,
-    stdin: Option<u32>,
-    stdout: Option<u32>,
-    stderr: Option<u32>,
-    resize: Option<u32>,
+pub(super) struct Streams {
+    pub error: Option<u32>,
+    pub stdin: Option<u32>,
+    pub stdout: Option<u32>,
+    pub stderr: Option<u32>,
+    pub resize: Option<u32>,
 }
 
 impl Streams {
@@ -224,21 +257,21 @@ impl Streams {
 }
 
 /// The upgraded connection: frames in and out over TLS.
-struct Conn<'a> {
-    tls: &'a mut Tls,
+pub(super) struct Conn<'a> {
+    pub tls: &'a mut Tls,
     inbuf: Vec<u8>,
-    inflate: Inflater,
-    deflate: Deflater,
+    pub inflate: Inflater,
+    pub deflate: Deflater,
     streams: usize,
-    eof: bool,
+    pub eof: bool,
 }
 
-fn bad(m: impl std::fmt::Debug) -> io::Error {
+pub(super) fn bad(m: impl std::fmt::Debug) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, format!("{m:?}"))
 }
 
 impl<'a> Conn<'a> {
-    fn new(tls: &'a mut Tls) -> Self {
+    pub fn new(tls: &'a mut Tls) -> Self {
         Conn {
             tls,
             inbuf: Vec::new(),
@@ -249,14 +282,14 @@ impl<'a> Conn<'a> {
         }
     }
 
-    fn send(&mut self, frame: &[u8]) -> io::Result<()> {
+    pub fn send(&mut self, frame: &[u8]) -> io::Result<()> {
         self.tls.write_all(frame)?;
         self.tls.flush()
     }
 
     /// Reads what the socket has (blocking until something arrives when it has nothing);
     /// false once the client has closed its side.
-    fn fill(&mut self) -> io::Result<bool> {
+    pub fn fill(&mut self) -> io::Result<bool> {
         let n = self.tls.conn.read_tls(&mut self.tls.sock)?;
         if n == 0 {
             self.eof = true;
@@ -280,7 +313,7 @@ impl<'a> Conn<'a> {
     }
 
     /// The next whole frame in the buffer, copied out of it (`handle` gets it by value).
-    fn next_frame(&mut self) -> io::Result<Option<OwnedFrame>> {
+    pub fn next_frame(&mut self) -> io::Result<Option<OwnedFrame>> {
         let Some((frame, used)) = spdy::parse(&self.inbuf).map_err(bad)? else {
             return Ok(None);
         };
@@ -290,7 +323,11 @@ impl<'a> Conn<'a> {
     }
 
     /// Answers what needs no session (PING, new streams) and returns the rest.
-    fn control(&mut self, f: OwnedFrame, streams: &mut Streams) -> io::Result<Option<OwnedFrame>> {
+    pub fn control(
+        &mut self,
+        f: OwnedFrame,
+        streams: &mut Streams,
+    ) -> io::Result<Option<OwnedFrame>> {
         match f {
             OwnedFrame::Ping(id) => self.send(&spdy::ping(id)).map(|_| None),
             OwnedFrame::SynStream { stream, block } => {
@@ -327,7 +364,7 @@ impl<'a> Conn<'a> {
         }
     }
 
-    fn close(&mut self) {
+    pub fn close(&mut self) {
         let _ = self.send(&spdy::goaway(0));
         self.tls.conn.send_close_notify();
         while self.tls.conn.wants_write() {
@@ -339,7 +376,7 @@ impl<'a> Conn<'a> {
 }
 
 /// A frame the session acts on, out of the read buffer.
-enum OwnedFrame {
+pub(super) enum OwnedFrame {
     SynStream {
         stream: u32,
         block: Vec<u8>,
@@ -349,6 +386,7 @@ enum OwnedFrame {
         fin: bool,
         data: Vec<u8>,
     },
+    RstStream(u32),
     Ping(u32),
     GoAway,
     Ignored,
@@ -366,6 +404,7 @@ impl From<Frame<'_>> for OwnedFrame {
                 fin,
                 data: data.to_vec(),
             },
+            Frame::RstStream { stream, .. } => OwnedFrame::RstStream(stream),
             Frame::Ping(id) => OwnedFrame::Ping(id),
             Frame::GoAway { .. } => OwnedFrame::GoAway,
             _ => OwnedFrame::Ignored,
@@ -385,7 +424,30 @@ fn serve(
     protocol: &str,
     o: &Options,
 ) -> io::Result<()> {
-    // The streams first: the client opens them all before it sends anything else.
+    let Some(streams) = open_streams(conn, o, protocol)? else {
+        return Ok(());
+    };
+    let pod = format!("{ns}/{name}");
+    let started = start(unit, (&pod, container), o);
+    let (session, fds) = match started {
+        Ok(s) => s,
+        Err(e) => {
+            let msg = status_message(protocol, &o.command, &Err(e.to_string()));
+            return finish(conn, &streams, &msg);
+        }
+    };
+    let result = pump(conn, &streams, session, fds)?;
+    let msg = status_message(protocol, &o.command, &result);
+    finish(conn, &streams, &msg)
+}
+
+/// The streams `o` asks for, as the client opens them all before it sends anything else; None
+/// when it closed the connection first.
+pub(super) fn open_streams(
+    conn: &mut Conn<'_>,
+    o: &Options,
+    protocol: &str,
+) -> io::Result<Option<Streams>> {
     let mut streams = Streams::default();
     let deadline = Instant::now() + STREAM_CREATION_TIMEOUT;
     let _ = conn
@@ -400,23 +462,12 @@ fn serve(
             None if Instant::now() >= deadline => return Err(io::ErrorKind::TimedOut.into()),
             None => {
                 if !conn.fill()? {
-                    return Ok(());
+                    return Ok(None);
                 }
             }
         }
     }
-    let pod = format!("{ns}/{name}");
-    let started = start(unit, (&pod, container), o);
-    let (session, fds) = match started {
-        Ok(s) => s,
-        Err(e) => {
-            let msg = status_message(protocol, &o.command, &Err(e.to_string()));
-            return finish(conn, &streams, &msg);
-        }
-    };
-    let result = pump(conn, &streams, session, fds)?;
-    let msg = status_message(protocol, &o.command, &result);
-    finish(conn, &streams, &msg)
+    Ok(Some(streams))
 }
 
 /// Our ends of the command's pipes (with a terminal: its controlling side, for all three).
@@ -724,7 +775,7 @@ fn slot<'a>(
 }
 
 /// The end of a session: the output streams closed, then the status on the error stream.
-fn finish(conn: &mut Conn<'_>, streams: &Streams, status: &[u8]) -> io::Result<()> {
+pub(super) fn finish(conn: &mut Conn<'_>, streams: &Streams, status: &[u8]) -> io::Result<()> {
     if let Some(id) = streams.error {
         if !status.is_empty() {
             conn.send(&spdy::data(id, false, status))?;
@@ -772,10 +823,10 @@ mod tests {
     #[test]
     fn the_newest_common_protocol_is_spoken() {
         let r = req("", &["v4.channel.k8s.io", "v3.channel.k8s.io"]);
-        assert_eq!(negotiate(&r), Some("v4.channel.k8s.io"));
+        assert_eq!(negotiate(&r, &PROTOCOLS), Some("v4.channel.k8s.io"));
         let r = req("", &["v5.channel.k8s.io, v2.channel.k8s.io"]);
-        assert_eq!(negotiate(&r), Some("v2.channel.k8s.io"));
-        assert_eq!(negotiate(&req("", &["channel.k8s.io"])), None);
+        assert_eq!(negotiate(&r, &PROTOCOLS), Some("v2.channel.k8s.io"));
+        assert_eq!(negotiate(&req("", &["channel.k8s.io"]), &PROTOCOLS), None);
     }
 
     #[test]

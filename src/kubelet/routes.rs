@@ -34,6 +34,12 @@ pub(super) fn handle(state: &State, stream: &mut Tls, req: &Request) -> bool {
     if let Some(rest) = req.path.strip_prefix("/exec/") {
         return super::remotecommand::exec(state, stream, req, rest);
     }
+    if let Some(rest) = req.path.strip_prefix("/attach/") {
+        return super::attach::attach(state, stream, req, rest);
+    }
+    if let Some(rest) = req.path.strip_prefix("/portForward/") {
+        return super::portforward::port_forward(state, stream, req, rest);
+    }
     if req.method != "GET" && req.method != "HEAD" {
         return reply(stream, req, 405, TEXT, b"405 method not allowed\n");
     }

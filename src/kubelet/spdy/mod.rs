@@ -27,6 +27,8 @@ const WINDOW_UPDATE: u16 = 9;
 
 /// RST_STREAM status: the stream is refused.
 pub const REFUSED_STREAM: u32 = 3;
+/// RST_STREAM status: the stream is given up (what spdystream's `Reset()` sends).
+pub const CANCEL: u32 = 5;
 
 /// One frame, borrowing its payload from the buffer it was parsed from.
 #[derive(Debug, Clone, PartialEq, Eq)]
