@@ -9,9 +9,14 @@
 pub mod http;
 #[cfg(feature = "spdy")]
 pub mod spdy;
+pub mod websocket;
 
 #[cfg(feature = "cli")]
 pub mod auth;
+#[cfg(feature = "cli")]
+pub mod certificate;
+#[cfg(feature = "cli")]
+pub mod nodelogs;
 #[cfg(feature = "cli")]
 pub mod query;
 #[cfg(feature = "cli")]
