@@ -7,6 +7,8 @@
 mod support;
 
 // Further cases, one file each.
+#[path = "kubelet_api/node_logs.rs"]
+mod node_logs;
 #[path = "kubelet_api/serving_cert.rs"]
 mod serving_cert;
 
