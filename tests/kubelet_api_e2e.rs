@@ -6,6 +6,12 @@
 
 mod support;
 
+// Further cases, one file each.
+#[path = "kubelet_api/node_logs.rs"]
+mod node_logs;
+#[path = "kubelet_api/serving_cert.rs"]
+mod serving_cert;
+
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};

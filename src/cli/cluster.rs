@@ -70,19 +70,22 @@ pub fn prepare(paths: &Paths) -> Result<Option<ClusterAgent>, ExitCode> {
     let kubelet_port = if cfg.kubelet_server.port == 0 {
         0
     } else {
-        // The names a self-signed serving certificate is for: as the Node reports them.
+        // The names a serving certificate is for: the addresses the Node reports, read again
+        // each time (they may change while the node runs).
         let storage = paths.host(Paths::STATE);
-        let info =
-            crate::kube::node::gather(storage.parent().unwrap_or(&storage), cfg.node_ip.as_deref());
-        let mut names = vec![info.hostname.clone()];
-        names.extend(info.addresses.iter().cloned());
+        let node_ip = cfg.node_ip.clone();
+        let addresses = move || {
+            let info =
+                crate::kube::node::gather(storage.parent().unwrap_or(&storage), node_ip.as_deref());
+            crate::kube::node::addresses(&info)
+        };
         match kubelet::start(
             client.clone(),
             &cfg.kubelet_server,
             &node_name,
             paths,
             &kube_ca,
-            &names,
+            Box::new(addresses),
         ) {
             Ok(port) => {
                 eprintln!("podunit-sync: kubelet API on port {port}");

@@ -58,6 +58,11 @@ pub struct KubeletServer {
     /// The CA that client certificates must chain to; default: the kubeconfig's CA.
     #[serde(rename = "clientCAFile")]
     pub client_ca_file: Option<PathBuf>,
+    /// Ask the cluster for the serving certificate (`certificates.k8s.io`, signer
+    /// `kubernetes.io/kubelet-serving`) and renew it before it expires, as the kubelet's
+    /// `serverTLSBootstrap`. The certificate files above win over it.
+    #[serde(rename = "serverTLSBootstrap")]
+    pub server_tls_bootstrap: bool,
 }
 
 impl Default for KubeletServer {
@@ -68,6 +73,7 @@ impl Default for KubeletServer {
             tls_cert_file: None,
             tls_private_key_file: None,
             client_ca_file: None,
+            server_tls_bootstrap: false,
         }
     }
 }

@@ -100,9 +100,8 @@ fn condition(
     }
 }
 
-/// The node's status. `prev` keeps condition transition times.
-pub fn status(info: &HostInfo, prev: Option<&NodeStatus>, now: Timestamp) -> NodeStatus {
-    let now = Timestamp::from_second(now.as_second()).unwrap_or(now);
+/// The addresses the Node reports: its IPs as InternalIP, then its host name.
+pub fn addresses(info: &HostInfo) -> Vec<NodeAddress> {
     let mut addresses: Vec<NodeAddress> = info
         .addresses
         .iter()
@@ -115,6 +114,13 @@ pub fn status(info: &HostInfo, prev: Option<&NodeStatus>, now: Timestamp) -> Nod
         type_: "Hostname".into(),
         address: info.hostname.clone(),
     });
+    addresses
+}
+
+/// The node's status. `prev` keeps condition transition times.
+pub fn status(info: &HostInfo, prev: Option<&NodeStatus>, now: Timestamp) -> NodeStatus {
+    let now = Timestamp::from_second(now.as_second()).unwrap_or(now);
+    let addresses = addresses(info);
     NodeStatus {
         capacity: Some(resources(info)),
         allocatable: Some(resources(info)),

@@ -11,11 +11,16 @@ pub mod http;
 pub mod portforward_streams;
 #[cfg(feature = "spdy")]
 pub mod spdy;
+pub mod websocket;
 
 #[cfg(feature = "cli")]
 pub mod attach;
 #[cfg(feature = "cli")]
 pub mod auth;
+#[cfg(feature = "cli")]
+pub mod certificate;
+#[cfg(feature = "cli")]
+pub mod nodelogs;
 #[cfg(feature = "cli")]
 pub mod portforward;
 #[cfg(feature = "cli")]

@@ -43,6 +43,9 @@ pub(super) fn handle(state: &State, stream: &mut Tls, req: &Request) -> bool {
     if req.method != "GET" && req.method != "HEAD" {
         return reply(stream, req, 405, TEXT, b"405 method not allowed\n");
     }
+    if let Some(rest) = req.path.strip_prefix("/logs/") {
+        return super::nodelogs::serve(state, stream, req, rest);
+    }
     match req.path.as_str() {
         "/healthz" => reply(stream, req, 200, TEXT, b"ok"),
         "/pods" | "/pods/" => {

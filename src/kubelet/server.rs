@@ -1,9 +1,10 @@
 //! Starting the server, accepting connections and serving each on its own thread.
 
-use super::{auth, http, routes, stats, tls};
+use super::{auth, certificate, http, routes, stats, tls};
 use crate::common::config::KubeletServer;
 use crate::common::paths::Paths;
 use crate::kube::client::Client;
+use k8s_openapi::api::core::v1::NodeAddress;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -42,16 +43,19 @@ pub(crate) struct State {
     pub rates: stats::CpuRates,
 }
 
+/// The Node's addresses, asked again whenever a certificate is made.
+pub type Addresses = Box<dyn Fn() -> Vec<NodeAddress> + Send>;
+
 /// Starts the server in the background for the life of the process; returns the port it
-/// listens on. `kube_ca_pem` is the client CA unless the config names one; `names` are the
-/// node's host name and addresses, for a self-signed certificate.
+/// listens on. `kube_ca_pem` is the client CA unless the config names one; `addresses` are the
+/// Node's, for the serving certificate.
 pub fn start(
     client: Client,
     cfg: &KubeletServer,
     node_name: &str,
     paths: &Paths,
     kube_ca_pem: &[u8],
-    names: &[String],
+    addresses: Addresses,
 ) -> Result<u16, StartError> {
     let ca = match &cfg.client_ca_file {
         Some(p) => {
@@ -61,18 +65,38 @@ pub fn start(
         None => kube_ca_pem.to_vec(),
     };
     let verifier = tls::client_verifier(&ca).map_err(StartError::Tls)?;
-    let serving = match (&cfg.tls_cert_file, &cfg.tls_private_key_file) {
-        (Some(c), Some(k)) => tls::load_files(
-            &paths.host(&c.to_string_lossy()),
-            &paths.host(&k.to_string_lossy()),
+    let dir = paths.host(tls::SERVING_DIR);
+    let (serving, rotate) = match (&cfg.tls_cert_file, &cfg.tls_private_key_file) {
+        // Configured files win over both the self-signed and the requested certificate.
+        (Some(c), Some(k)) => (
+            tls::load_files(
+                &paths.host(&c.to_string_lossy()),
+                &paths.host(&k.to_string_lossy()),
+            ),
+            false,
         ),
-        (None, None) => tls::self_signed(&paths.host(tls::SERVING_DIR), names),
-        _ => Err(tls::TlsError::Config(
-            "kubeletServer: tlsCertFile and tlsPrivateKeyFile go together".into(),
-        )),
-    }
-    .map_err(StartError::Tls)?;
-    let tls_cfg = tls::server_config(serving, verifier.clone()).map_err(StartError::Tls)?;
+        (None, None) => {
+            let issued = cfg
+                .server_tls_bootstrap
+                .then(|| certificate::load_current(&dir))
+                .flatten();
+            match issued {
+                Some(s) => (Ok(s), true),
+                None => (
+                    tls::self_signed(&dir, &self_signed_names(&addresses())),
+                    cfg.server_tls_bootstrap,
+                ),
+            }
+        }
+        _ => (
+            Err(tls::TlsError::Config(
+                "kubeletServer: tlsCertFile and tlsPrivateKeyFile go together".into(),
+            )),
+            false,
+        ),
+    };
+    let current = tls::Current::new(serving.map_err(StartError::Tls)?).map_err(StartError::Tls)?;
+    let tls_cfg = tls::server_config(current.clone(), verifier.clone()).map_err(StartError::Tls)?;
     let ip = cfg
         .address
         .parse()
@@ -80,6 +104,22 @@ pub fn start(
     let addr = SocketAddr::new(ip, cfg.port);
     let listener = TcpListener::bind(addr).map_err(|e| StartError::Listen(addr, e))?;
     let port = listener.local_addr().map(|a| a.port()).unwrap_or(cfg.port);
+    if rotate {
+        let issued = certificate::load_current(&dir);
+        if issued.is_none() {
+            eprintln!(
+                "podunit-sync: serving a self-signed certificate until the requested one is issued"
+            );
+        }
+        certificate::spawn_rotator(
+            client.clone(),
+            node_name.to_string(),
+            addresses,
+            dir,
+            current,
+            issued,
+        );
+    }
     let state = Arc::new(State {
         node_name: node_name.to_string(),
         paths: paths.clone(),
@@ -88,6 +128,23 @@ pub fn start(
     });
     std::thread::spawn(move || accept_loop(listener, tls_cfg, state));
     Ok(port)
+}
+
+/// A self-signed certificate's names: the host name first, then the addresses.
+fn self_signed_names(addresses: &[NodeAddress]) -> Vec<String> {
+    let mut names: Vec<String> = addresses
+        .iter()
+        .filter(|a| a.type_ == "Hostname")
+        .map(|a| a.address.clone())
+        .collect();
+    names.extend(
+        addresses
+            .iter()
+            .filter(|a| a.type_ != "Hostname")
+            .map(|a| a.address.clone()),
+    );
+    names.dedup();
+    names
 }
 
 fn accept_loop(listener: TcpListener, tls_cfg: Arc<rustls::ServerConfig>, state: Arc<State>) {

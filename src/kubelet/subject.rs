@@ -3,7 +3,7 @@
 //! still bounded, as any DER is.
 
 /// One DER element: (tag, contents, the rest after it).
-fn element(b: &[u8]) -> Option<(u8, &[u8], &[u8])> {
+pub(crate) fn element(b: &[u8]) -> Option<(u8, &[u8], &[u8])> {
     let (&tag, b) = b.split_first()?;
     let (&first, mut b) = b.split_first()?;
     let len = if first < 0x80 {

@@ -8,12 +8,13 @@
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
-use rustls::server::{ServerConfig, WebPkiClientVerifier};
+use rustls::server::{ClientHello, ResolvesServerCert, ServerConfig, WebPkiClientVerifier};
+use rustls::sign::CertifiedKey;
 use rustls::{DigitallySignedStruct, DistinguishedName, RootCertStore, SignatureScheme};
 use std::fmt;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 /// Why the server's TLS could not be set up.
 #[derive(Debug)]
@@ -71,11 +72,7 @@ pub fn self_signed(dir: &Path, names: &[String]) -> Result<Serving, TlsError> {
         let p = p.to_path_buf();
         move |e: std::io::Error| TlsError::File(p.clone(), e.to_string())
     };
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .map_err(io_err(dir))?;
+    make_private_dir(dir).map_err(io_err(dir))?;
     let key_path = dir.join("kubelet.key");
     let key = match std::fs::read_to_string(&key_path) {
         Ok(pem) => rcgen::KeyPair::from_pem(&pem).map_err(gen_err)?,
@@ -113,6 +110,53 @@ pub fn self_signed(dir: &Path, names: &[String]) -> Result<Serving, TlsError> {
         key: PrivateKeyDer::try_from(key.serialize_der())
             .map_err(|e| TlsError::Generate(e.into()))?,
     })
+}
+
+/// The node's certificate directory, root-only.
+pub fn make_private_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+}
+
+/// The certificate the server presents, replaced in place when a new one is issued: connections
+/// made after that get the new one, those open keep theirs.
+#[derive(Debug)]
+pub struct Current(RwLock<Arc<CertifiedKey>>);
+
+impl Current {
+    pub fn new(serving: Serving) -> Result<Arc<Current>, TlsError> {
+        Ok(Arc::new(Current(RwLock::new(certified(serving)?))))
+    }
+
+    pub fn replace(&self, serving: Serving) -> Result<(), TlsError> {
+        let ck = certified(serving)?;
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = ck;
+        Ok(())
+    }
+
+    /// The chain presented now.
+    pub fn chain(&self) -> Vec<CertificateDer<'static>> {
+        self.0
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .cert
+            .clone()
+    }
+}
+
+impl ResolvesServerCert for Current {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.0.read().unwrap_or_else(|e| e.into_inner()).clone())
+    }
+}
+
+fn certified(serving: Serving) -> Result<Arc<CertifiedKey>, TlsError> {
+    // Also checks that the key is the certificate's.
+    CertifiedKey::from_der(serving.chain, serving.key, &provider())
+        .map(Arc::new)
+        .map_err(|e| TlsError::Config(format!("certificate and key: {e}")))
 }
 
 /// The verifier of client certificates against the CA bundle `ca_pem`.
@@ -189,15 +233,14 @@ impl ClientCertVerifier for DeferredChain {
 
 /// The rustls server configuration.
 pub fn server_config(
-    serving: Serving,
+    serving: Arc<Current>,
     client_ca: Arc<dyn ClientCertVerifier>,
 ) -> Result<Arc<ServerConfig>, TlsError> {
     let cfg = ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .map_err(|e| TlsError::Config(e.to_string()))?
         .with_client_cert_verifier(Arc::new(DeferredChain(client_ca)))
-        .with_single_cert(serving.chain, serving.key)
-        .map_err(|e| TlsError::Config(e.to_string()))?;
+        .with_cert_resolver(serving);
     Ok(Arc::new(cfg))
 }
 
@@ -229,7 +272,7 @@ mod tests {
         );
         let v =
             client_verifier(std::fs::read(dir.join("kubelet.crt")).unwrap().as_slice()).unwrap();
-        server_config(loaded, v).unwrap();
+        server_config(Current::new(loaded).unwrap(), v).unwrap();
         assert!(matches!(
             client_verifier(b"nothing"),
             Err(TlsError::ClientCa(_))

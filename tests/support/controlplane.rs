@@ -6,9 +6,10 @@
 //! Every control plane has its own directory (certificates made here with the openssl CLI, etcd's
 //! data, logs) and is killed on Drop. The API server runs with client-certificate authentication,
 //! `--authorization-mode=Node,RBAC`, the NodeRestriction admission plugin and service-account
-//! signing keys, as a production cluster does. There is no controller manager: what its
-//! controllers would make and the suites need (the `default` ServiceAccount, the
-//! `kube-root-ca.crt` ConfigMap) is created here. Nothing skips: a missing binary fails the test
+//! signing keys, as a production cluster does. There is no controller manager by default: what
+//! its controllers would make and the suites need (the `default` ServiceAccount, the
+//! `kube-root-ca.crt` ConfigMap) is created here; a test that needs certificates signed starts
+//! one with only its CSR signer ([`ControlPlane::start_controller_manager`]). Nothing skips: a missing binary fails the test
 //! and names the install script.
 
 use std::fs;
@@ -46,14 +47,19 @@ fn kubernetes_dir() -> PathBuf {
 
 /// The kube-apiserver binary; fails (never skips) when it was not built.
 pub fn kube_apiserver() -> PathBuf {
+    built("kube-apiserver")
+}
+
+/// A binary the install script builds; fails (never skips) when it is not there.
+fn built(name: &str) -> PathBuf {
     let dir = kubernetes_dir();
     assert!(
-        dir.join(STAMP).exists(),
-        "no kube-apiserver at {}: run tests/controlplane/install.sh (as root; it builds it once \
+        dir.join(STAMP).exists() && dir.join(name).exists(),
+        "no {name} at {}: run tests/controlplane/install.sh (as root; it builds it once \
          from Debian's kubernetes source package, 10 minutes or more)",
         dir.display()
     );
-    dir.join("kube-apiserver")
+    dir.join(name)
 }
 
 fn tool(name: &str) -> PathBuf {
@@ -180,6 +186,7 @@ pub struct ControlPlane {
     pki: Pki,
     etcd: Option<Child>,
     apiserver: Option<Child>,
+    controller_manager: Option<Child>,
     /// How many times the API server was started (names its log files).
     starts: usize,
 }
@@ -235,6 +242,7 @@ impl ControlPlane {
             pki,
             etcd: None,
             apiserver: None,
+            controller_manager: None,
             starts: 0,
         };
         cp.start_etcd();
@@ -326,6 +334,34 @@ impl ControlPlane {
         self.wait_ready();
     }
 
+    /// Starts kube-controller-manager with only its CSR signer (`csrsigning`), signing with the
+    /// cluster's CA for `duration` (`--cluster-signing-duration`, e.g. `8m`). Approving is left
+    /// to the test (`kubectl certificate approve`), as no controller approves serving
+    /// certificates. The signer backdates by 5 minutes, so a certificate lives `duration`
+    /// from 5 minutes ago.
+    pub fn start_controller_manager(&mut self, duration: &str) {
+        let admin = self.dir.join("admin.kubeconfig");
+        if !admin.exists() {
+            fs::write(&admin, self.kubeconfig("admin")).unwrap();
+        }
+        let log = self.log("kube-controller-manager.log");
+        let p = |f: &str| self.pki.path(f).display().to_string();
+        let child = self
+            .in_net(&built("kube-controller-manager"))
+            .arg(format!("--kubeconfig={}", admin.display()))
+            .arg("--controllers=csrsigning")
+            .arg(format!("--cluster-signing-cert-file={}", p("ca.crt")))
+            .arg(format!("--cluster-signing-key-file={}", p("ca.key")))
+            .arg(format!("--cluster-signing-duration={duration}"))
+            .args(["--leader-elect=false", "--port=0", "--secure-port=0"])
+            .arg("--profiling=false")
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("spawn kube-controller-manager");
+        self.controller_manager = Some(child);
+    }
+
     /// Kills the API server (SIGKILL), leaving etcd; connections to it are refused until
     /// [`Self::start_apiserver`].
     pub fn kill_apiserver(&mut self) {
@@ -413,6 +449,11 @@ impl ControlPlane {
             self.pki.path(&format!("{name}.crt")),
             self.pki.path(&format!("{name}.key")),
         )
+    }
+
+    /// The cluster's CA certificate (also the CSR signer's), on the host.
+    pub fn ca_cert(&self) -> PathBuf {
+        self.pki.path("ca.crt")
     }
 
     /// A client certificate for `cn` from a CA the cluster does not know.
@@ -511,6 +552,10 @@ impl ControlPlane {
 
 impl Drop for ControlPlane {
     fn drop(&mut self) {
+        if let Some(mut c) = self.controller_manager.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
         self.kill_apiserver();
         if let Some(mut c) = self.etcd.take() {
             let _ = c.kill();
