@@ -132,7 +132,9 @@ bench-cluster: rootfs
 bench-probes: rootfs
 	$(CARGO) test --release --test bench_probes
 
-bench-images:
+# Pulling a ~100 MB image against skopeo copy, unpacking it against tar -xf, and daemon-reload to
+# running for pods whose image is in the store against the same pods with `image: host` (nspawn).
+bench-images: rootfs
 	$(CARGO) test --release --test bench_images
 
 # Fuzzing, separate from `make test`: runs every target under fuzz/ for FUZZ_TIME seconds each.

@@ -1,8 +1,12 @@
 //! `make bench-images`: pulling a ~100 MB multi-layer image from a registry on loopback against
 //! `skopeo copy` of the same image to a directory, and unpacking its layers against `tar -xf` of
 //! the same tarballs. Wall-clock medians of 3 runs each (the baselines are other programs, so no
-//! instruction counts); the numbers go to docs/benchmarks.md. Needs root, docker-registry,
-//! htpasswd, skopeo and GNU tar.
+//! instruction counts). Then, on the nspawn harness, `daemon-reload` to running for pods whose
+//! image is in the node's store against the same pods with `image: host`. The numbers go to
+//! docs/benchmarks.md. Needs root, systemd-nspawn, docker-registry, htpasswd, skopeo and GNU tar.
+//!
+//! Arguments pick parts (`pull`, `unpack`, `start`; default all):
+//! `cargo test --release --test bench_images -- start`.
 
 mod image;
 mod support;
@@ -16,6 +20,8 @@ use podunit::image::{Reference, Store};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
+use support::nspawn::Machine;
+use support::reload::reload_to_running;
 
 const RUNS: usize = 3;
 /// Uncompressed bytes per layer (gzip brings the image to about 100 MB).
@@ -87,11 +93,52 @@ fn fresh(p: &Path) -> PathBuf {
     p.to_path_buf()
 }
 
+/// The bench's registry and what it serves.
+struct Served {
+    dir: PathBuf,
+    certs: Certs,
+    reg: Registry,
+}
+
+impl Served {
+    fn start() -> Served {
+        let dir = fresh(
+            &std::env::temp_dir().join(format!("podunit-bench-images-{}", std::process::id())),
+        );
+        let certs = Certs::make(&dir.join("certs"));
+        let reg = Registry::start(&dir.join("reg"), &certs, None, true);
+        Served { dir, certs, reg }
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 fn main() {
-    let dir =
-        fresh(&std::env::temp_dir().join(format!("podunit-bench-images-{}", std::process::id())));
-    let certs = Certs::make(&dir.join("certs"));
-    let reg = Registry::start(&dir.join("reg"), &certs, None, true);
+    let parts: Vec<String> = std::env::args().skip(1).collect();
+    let wanted = |p: &str| parts.is_empty() || parts.iter().any(|a| a == p);
+    println!(
+        "bench_images ({} build)",
+        if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        }
+    );
+    let served = Served::start();
+    if wanted("pull") || wanted("unpack") {
+        pull_and_unpack(&served, wanted("pull"), wanted("unpack"));
+    }
+    if wanted("start") {
+        start_to_running(&served);
+    }
+}
+
+fn pull_and_unpack(served: &Served, pull: bool, unpack: bool) {
+    let reg = &served.reg;
     let tars = layers();
     let img = oci::image(
         "amd64",
@@ -116,7 +163,17 @@ fn main() {
         plain as f64 / 1e6
     );
 
-    // Pull: podunit into an empty store vs skopeo to an empty directory.
+    if pull {
+        pull_bench(served);
+    }
+    if unpack {
+        unpack_bench(&served.dir, &blobs);
+    }
+}
+
+/// Pull: podunit into an empty store vs skopeo to an empty directory.
+fn pull_bench(served: &Served) {
+    let Served { dir, certs, reg } = served;
     let settings = Registries {
         ca: [(reg.host.clone(), certs.ca())].into(),
         ..Default::default()
@@ -160,9 +217,11 @@ fn main() {
         s.as_secs_f64(),
         o.as_secs_f64() / s.as_secs_f64()
     );
+}
 
-    // Unpack: the same .tar.gz files, podunit's unpacker (with the diff_id hash a pull does) vs
-    // GNU tar -xf (which runs gzip -d).
+/// Unpack: the same .tar.gz files, podunit's unpacker (with the diff_id hash a pull does) vs
+/// GNU tar -xf (which runs gzip -d).
+fn unpack_bench(dir: &Path, blobs: &[&Vec<u8>]) {
     let gz: Vec<PathBuf> = blobs
         .iter()
         .enumerate()
@@ -208,6 +267,74 @@ fn main() {
         t.as_secs_f64(),
         o.as_secs_f64() / t.as_secs_f64()
     );
-    drop(reg);
-    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The pods of the start bench: one container sleeping, in a pulled image or on the host.
+fn sleeper(name: &str, image: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: bench}}\nspec:\n  containers:\n  - name: c\n    image: {image}\n    command: [/bin/sleep, \"3600\"]\n"
+    )
+}
+
+/// `daemon-reload` to every container running, for pods whose image (busybox, one layer) is
+/// already in the node's store against the same pods with `image: host`, in one machine, the
+/// rounds interleaved. The image pods' extra work is podunit's: the generator resolving the image
+/// from the store, and `pod-prepare` mounting each container's root (an overlay of the image's
+/// layers and a writable layer of its own).
+fn start_to_running(served: &Served) {
+    const SIZES: [usize; 2] = [1, 10];
+    const ROUNDS: usize = 5;
+    let m = Machine::boot("bench-image-start");
+    let img = oci::busybox_image(support::registry::host_arch());
+    served.reg.push("library/busybox", "1.36", &img);
+    // The machine has a private network: the host pulls into its store, as `podunit image pull`.
+    let client = Client::new(
+        support::registry::settings(&served.reg.host, &served.certs.ca()),
+        support::registry::keyring(&served.reg.host, USER, PASSWORD),
+    );
+    let store = Store::open(m.dir().join("root/var/lib/podunit/store"));
+    support::registry::pull(&store, &client, "busybox:1.36").expect("pull busybox:1.36");
+    support::pods::start_sync(&m);
+    // One unmeasured pod of each kind: warms the caches, and shows the image pod runs in the
+    // image's root (busybox there, the host's systemctl not).
+    for (image, root_check) in [
+        ("host", "test -e /proc/$pid/root/usr/bin/systemctl"),
+        (
+            "busybox:1.36",
+            "test -e /proc/$pid/root/bin/busybox && ! test -e /proc/$pid/root/usr/bin/systemctl",
+        ),
+    ] {
+        let unit = support::pods::ctr_unit("bench", "warm", "c");
+        m.write("/etc/pods.d/warm.yaml", sleeper("warm", image).as_bytes());
+        m.daemon_reload();
+        support::pods::wait_state(&m, &unit, &["active"]);
+        let pid = m.prop(&unit, "MainPID");
+        m.sh_ok(&format!("pid={pid}; {root_check}"));
+        m.sh_ok("rm /etc/pods.d/warm.yaml && systemctl daemon-reload");
+        support::reload::wait_gone(&m, "podunit-bench_*");
+    }
+    println!(
+        "daemon-reload to all containers running (median of {ROUNDS} rounds, ms)\n{:>5}  {:>12}  {:>12}  {:>6}",
+        "pods", "image: host", "cached image", "ratio"
+    );
+    for n in SIZES {
+        let (mut host, mut cached) = (Vec::new(), Vec::new());
+        for _ in 0..ROUNDS {
+            for (image, out) in [("host", &mut host), ("busybox:1.36", &mut cached)] {
+                let files: Vec<(String, String)> = (0..n)
+                    .map(|i| (format!("s{i}.yaml"), sleeper(&format!("s{i}"), image)))
+                    .collect();
+                let units: Vec<String> = (0..n)
+                    .map(|i| support::pods::ctr_unit("bench", &format!("s{i}"), "c"))
+                    .collect();
+                out.push(reload_to_running(&m, "bench", &files, &units));
+            }
+        }
+        let (h, c) = (
+            support::reload::median(host),
+            support::reload::median(cached),
+        );
+        println!("{n:>5}  {h:>12.1}  {c:>12.1}  {:>6.2}", c / h);
+    }
+    println!("(ratio: cached image / image: host)");
 }

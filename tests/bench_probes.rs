@@ -34,22 +34,41 @@ fn pod(i: usize, probes: bool) -> String {
     )
 }
 
-/// (CPU time in ns of podunit-sync's cgroup as systemd accounts it, VmRSS kB, VmHWM kB of its
-/// main process).
-fn usage(m: &Machine, pid: &str) -> (u64, u64, u64) {
-    let ns: u64 = m
-        .prop("podunit-sync.service", "CPUUsageNSec")
-        .parse()
-        .expect("CPUUsageNSec (CPU accounting)");
-    let kb = m.sh_ok(&format!(
-        "awk '/^VmRSS:/ {{ r = $2 }} /^VmHWM:/ {{ h = $2 }} END {{ print r, h }}' /proc/{pid}/status"
-    ));
-    let mut f = kb.split_whitespace().map(|v| v.parse::<u64>().expect("kB"));
-    (ns, f.next().expect("VmRSS"), f.next().expect("VmHWM"))
+/// What podunit-sync has used so far: CPU time in ns of its main process (utime + stime of
+/// /proc/PID/stat, all threads) and of its cgroup as systemd accounts it (`CPUUsageNSec`, which
+/// adds any child processes; None where systemd has no CPU accounting for it), VmRSS and VmHWM
+/// in kB.
+struct Usage {
+    process_ns: u64,
+    cgroup_ns: Option<u64>,
+    rss_kb: u64,
+    hwm_kb: u64,
 }
 
+fn usage(m: &Machine, pid: &str) -> Usage {
+    let cgroup_ns = m.prop("podunit-sync.service", "CPUUsageNSec").parse().ok();
+    let out = m.sh_ok(&format!(
+        "getconf CLK_TCK; cut -d' ' -f14,15 /proc/{pid}/stat; \
+         awk '/^VmRSS:/ {{ r = $2 }} /^VmHWM:/ {{ h = $2 }} END {{ print r, h }}' /proc/{pid}/status"
+    ));
+    let mut f = out
+        .split_whitespace()
+        .map(|v| v.parse::<u64>().expect("number"));
+    let mut next = || f.next().expect("field");
+    let (hz, utime, stime) = (next(), next(), next());
+    Usage {
+        process_ns: (utime + stime) * 1_000_000_000 / hz,
+        cgroup_ns,
+        rss_kb: next(),
+        hwm_kb: next(),
+    }
+}
+
+/// (process CPU s, cgroup CPU s, VmRSS kB, VmHWM kB) over a phase.
+type Measured = (f64, Option<f64>, u64, u64);
+
 /// Writes the pods, waits for all of them, lets them settle, then measures `secs`.
-fn phase(m: &Machine, probes: bool, secs: u64) -> (f64, u64, u64) {
+fn phase(m: &Machine, probes: bool, secs: u64) -> Measured {
     let mut script = String::from("set -e\n");
     for i in 0..PODS {
         script.push_str(&format!(
@@ -67,9 +86,9 @@ fn phase(m: &Machine, probes: bool, secs: u64) -> (f64, u64, u64) {
     });
     std::thread::sleep(Duration::from_secs(15));
     let pid = m.prop("podunit-sync.service", "MainPID");
-    let (t0, _, _) = usage(m, &pid);
+    let u0 = usage(m, &pid);
     std::thread::sleep(Duration::from_secs(secs));
-    let (t1, rss, hwm) = usage(m, &pid);
+    let u1 = usage(m, &pid);
     assert_eq!(
         pid,
         m.prop("podunit-sync.service", "MainPID"),
@@ -85,7 +104,16 @@ fn phase(m: &Machine, probes: bool, secs: u64) -> (f64, u64, u64) {
             .count();
         assert!(ready >= PODS, "not all pods ready:\n{status}");
     }
-    ((t1 - t0) as f64 / 1e9, rss, hwm)
+    let cgroup = u0
+        .cgroup_ns
+        .zip(u1.cgroup_ns)
+        .map(|(a, b)| (b - a) as f64 / 1e9);
+    (
+        (u1.process_ns - u0.process_ns) as f64 / 1e9,
+        cgroup,
+        u1.rss_kb,
+        u1.hwm_kb,
+    )
 }
 
 fn main() {
@@ -95,6 +123,8 @@ fn main() {
         .unwrap_or(60);
     let m = Machine::boot("bench-probes");
     start_sync(&m);
+    // CPUUsageNSec needs CPU accounting, which the machine's systemd may not default to.
+    m.sh_ok("systemctl set-property --runtime podunit-sync.service CPUAccounting=yes");
     m.write(
         "/etc/pods.d/server.yaml",
         format!(
@@ -115,10 +145,11 @@ fn main() {
             "release"
         }
     );
-    for (what, (cpu, rss, hwm)) in [("without probes", without), ("with probes", with)] {
+    for (what, (cpu, cgroup, rss, hwm)) in [("without probes", without), ("with probes", with)] {
         println!(
-            "{what:<16} CPU {cpu:>6.2} s ({:.2} %)  VmRSS {:.1} MiB  VmHWM {:.1} MiB",
+            "{what:<16} CPU {cpu:>6.2} s ({:.2} %; cgroup {})  VmRSS {:.1} MiB  VmHWM {:.1} MiB",
             100.0 * cpu / secs as f64,
+            cgroup.map_or("not accounted".to_string(), |c| format!("{c:.2} s")),
             rss as f64 / 1024.0,
             hwm as f64 / 1024.0
         );

@@ -10,13 +10,11 @@
 
 mod support;
 
-use std::time::Duration;
 use support::nspawn::Machine;
-use support::pods::active_since;
+use support::reload::{all_active_at, median, now_us, reload_to_running, wait_gone, write_all};
 
 const SIZES: [usize; 3] = [1, 10, 100];
 const ROUNDS: usize = 3;
-const LIMIT: Duration = Duration::from_secs(300);
 
 fn pod_manifest(i: usize) -> String {
     format!(
@@ -47,50 +45,14 @@ fn floor_units(i: usize, sandbox: &str) -> Vec<(String, String)> {
     ]
 }
 
-/// Writes files inside the machine in one go.
-fn write_all(m: &Machine, dir: &str, files: &[(String, String)]) {
-    let mut script = format!("set -e; mkdir -p {dir}\n");
-    for (name, body) in files {
-        script.push_str(&format!("cat > {dir}/{name} <<'EOF'\n{body}EOF\n"));
-    }
-    m.sh_ok(&script);
-}
-
-fn now_us(m: &Machine) -> u64 {
-    m.sh_ok("date +%s%6N").trim().parse().expect("date")
-}
-
-/// Waits until every unit is active; returns the latest ActiveEnterTimestamp (µs).
-fn all_active_at(m: &Machine, units: &[String]) -> u64 {
-    m.wait_for("all containers running", LIMIT, || {
-        let active = active_since(m, units);
-        (active.len() == units.len()).then(|| active.into_values().max().unwrap_or(0) as u64)
-    })
-}
-
-fn wait_gone(m: &Machine, pattern: &str) {
-    m.wait_for("units to be gone", LIMIT, || {
-        let out = m.sh_ok(&format!(
-            "systemctl list-units --all --no-legend --plain '{pattern}' | wc -l"
-        ));
-        (out.trim() == "0").then_some(())
-    });
-}
-
 fn podunit_round(m: &Machine, n: usize) -> f64 {
     let files: Vec<(String, String)> = (0..n)
         .map(|i| (format!("p{i}.yaml"), pod_manifest(i)))
         .collect();
-    write_all(m, "/etc/pods.d", &files);
     let units: Vec<String> = (0..n)
         .map(|i| podunit::translate::naming::container_service("bench", &format!("p{i}"), "c"))
         .collect();
-    let t0 = now_us(m);
-    m.sh_ok("systemctl daemon-reload");
-    let end = all_active_at(m, &units);
-    m.sh_ok("rm -f /etc/pods.d/p*.yaml && systemctl daemon-reload");
-    wait_gone(m, "podunit-bench_*");
-    (end.saturating_sub(t0)) as f64 / 1000.0
+    reload_to_running(m, "bench", &files, &units)
 }
 
 /// The container's sandbox as podunit renders it for the benchmark pod: its `[Service]` lines
@@ -158,11 +120,6 @@ fn floor_round(m: &Machine, n: usize, sandbox: &str) -> f64 {
     ));
     wait_gone(m, "floor*");
     (end.saturating_sub(t0)) as f64 / 1000.0
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).expect("no NaN"));
-    v[v.len() / 2]
 }
 
 fn main() {

@@ -208,3 +208,16 @@ pub fn busybox_layer() -> Vec<u8> {
         .dir("tmp/");
     t.finish()
 }
+
+/// `busybox_layer` as a one-layer image for this host, `Cmd ["sh"]` as the real one.
+pub fn busybox_image(arch: &str) -> Image {
+    image(
+        arch,
+        &[Layer {
+            tar: busybox_layer(),
+            comp: Comp::Gzip,
+            declared_size: None,
+        }],
+        serde_json::json!({"Env": ["PATH=/usr/sbin:/usr/bin:/sbin:/bin"], "Cmd": ["sh"]}),
+    )
+}

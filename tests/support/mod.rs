@@ -6,4 +6,5 @@ pub mod controlplane;
 pub mod nspawn;
 pub mod pods;
 pub mod registry;
+pub mod reload;
 pub mod status;
