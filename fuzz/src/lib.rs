@@ -386,7 +386,7 @@ fn hook_argv(
     c: &k8s_openapi::api::core::v1::Container,
     h: &k8s_openapi::api::core::v1::LifecycleHandler,
     pre_stop: bool,
-    runtime_dir: &str,
+    uid: &str,
     bin: &str,
 ) -> Option<(&'static str, Vec<String>)> {
     use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -396,7 +396,20 @@ fn hook_argv(
     let mut argv = vec![bin.to_string(), "hook".into()];
     if pre_stop {
         argv.push("--pre-stop".into());
-        argv.push(format!("--record={runtime_dir}/hooks/{}.preStop", c.name));
+    }
+    // Its record, under /run/podunit/hooks/<uid>/, when the uid is fit for a path.
+    let fit = |s: &str| {
+        !s.is_empty()
+            && !s.starts_with('.')
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.')
+    };
+    if fit(uid) && fit(&c.name) {
+        let stage = if pre_stop { "preStop" } else { "postStart" };
+        argv.push(format!(
+            "--record=/run/podunit/hooks/{uid}/{}.{stage}",
+            c.name
+        ));
     }
     if let Some(s) = &h.sleep {
         argv.extend(["sleep".into(), format!("--seconds={}", s.seconds)]);
@@ -682,7 +695,7 @@ pub fn check_pod(entry: &PodEntry, units: &PodUnits, node: &NodeFacts) {
         // Hooks run as written. An init container followed by others also restarts them.
         let lc = c.lifecycle.as_ref();
         let hook = |h: Option<&k8s_openapi::api::core::v1::LifecycleHandler>, pre_stop: bool| {
-            hook_argv(c, h?, pre_stop, &units.plan.runtime_dir, &node.podunit_bin)
+            hook_argv(c, h?, pre_stop, &units.plan.uid, &node.podunit_bin)
         };
         let post = hook(lc.and_then(|l| l.post_start.as_ref()), false);
         let mut posts = values(&e, "ExecStartPost");

@@ -33,6 +33,15 @@ pub trait Units: Send + Sync {
     ) -> Result<Vec<HookExit>, String> {
         journal_hook_exits(units, after, since_s)
     }
+    /// Waits until journald has stored every message sent to it so far (`journalctl --sync`),
+    /// so that a read right after a unit stopped sees systemd's lines about that stop. Best
+    /// effort: without it the read is only as late as journald is.
+    fn sync_journal(&self) -> Result<(), String> {
+        succeeds(
+            "journalctl --sync",
+            Command::new("journalctl").arg("--sync"),
+        )
+    }
     /// Load, active and sub state of every podunit unit systemd has loaded, in one call; `None`
     /// when this edge cannot list them cheaply.
     fn states(&self) -> Option<HashMap<String, UnitStates>> {
@@ -110,6 +119,19 @@ fn run(args: &[&str]) -> Result<String, String> {
     }
 }
 
+/// Runs `cmd`; its stderr, after `what`, when it fails.
+fn succeeds(what: &str, cmd: &mut Command) -> Result<(), String> {
+    let out = cmd.output().map_err(|e| format!("{what}: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{what}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
 /// The journal's record of failed hook runs (see [`hook_events::parse_journal`]).
 fn journal_hook_exits(
     units: &[String],
@@ -173,18 +195,10 @@ impl Units for Systemctl {
             "--",
         ];
         args.extend(argv.iter().map(String::as_str));
-        let out = Command::new("systemd-run")
-            .args(&args)
-            .output()
-            .map_err(|e| format!("systemd-run: {e}"))?;
-        if out.status.success() {
-            Ok(())
-        } else {
-            Err(format!(
-                "systemd-run {name}: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            ))
-        }
+        succeeds(
+            &format!("systemd-run {name}"),
+            Command::new("systemd-run").args(&args),
+        )
     }
 }
 

@@ -284,8 +284,10 @@ mod tests {
     use super::*;
     use std::os::unix::fs::symlink;
 
-    fn tree() -> std::path::PathBuf {
-        let base = std::env::temp_dir().join(format!("podunit-nodelogs-{}", std::process::id()));
+    /// A /var/log of the test's own: tests run at once, each under its own name.
+    fn tree(test: &str) -> std::path::PathBuf {
+        let base =
+            std::env::temp_dir().join(format!("podunit-nodelogs-{}-{test}", std::process::id()));
         let _ = std::fs::remove_dir_all(&base);
         let root = base.join("log");
         std::fs::create_dir_all(root.join("apt")).unwrap();
@@ -314,7 +316,7 @@ mod tests {
 
     #[test]
     fn lists_reads_and_never_leaves_the_root() {
-        let root = tree();
+        let root = tree("lists_reads_and_never_leaves_the_root");
         let list = body(answer(&root, ""));
         assert!(
             list.starts_with("<pre>\n") && list.ends_with("</pre>\n"),
@@ -370,7 +372,7 @@ mod tests {
 
     #[test]
     fn a_file_is_sent_at_the_length_it_had() {
-        let root = tree();
+        let root = tree("a_file_is_sent_at_the_length_it_had");
         let Answer::File(mut f, _, len) = answer(&root, "syslog") else {
             panic!()
         };

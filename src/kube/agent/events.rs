@@ -56,7 +56,10 @@ impl Worker {
     /// the last look, and `LifecycleHTTPFallback` for its HTTPS hooks answered in HTTP (see
     /// [`crate::kube::hook_events`]). The journal and the records keep them after the units are
     /// gone, so the termination path calls this last, after the stop.
-    pub(super) fn hook_events(&mut self, pod: &Pod) {
+    /// `last`: the pod's units have just stopped and this is the last read (its termination):
+    /// journald is asked to store what it was sent first, or the preStop failures systemd logged
+    /// during that stop may not be readable yet on a busy node.
+    pub(super) fn hook_events(&mut self, pod: &Pod, last: bool) {
         use crate::probe::hook::{self, Stage};
         let Some(spec) = pod.spec.as_ref() else {
             return;
@@ -84,6 +87,9 @@ impl Worker {
         }
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let units: Vec<String> = hooked.iter().map(|(u, _)| u.clone()).collect();
+        if last && let Err(e) = self.units.sync_journal() {
+            log(format!("{ns}/{name}: {e}"));
+        }
         let (after, since) = self.hooks_seen.from(&uid);
         let exits = match self.units.hook_exits(&units, after, since) {
             Ok(r) => r,

@@ -85,6 +85,16 @@ impl Worker {
         let mut waits: Vec<Wait> = Vec::new();
         let mut present: Vec<(String, String)> = Vec::new();
         let mut keyring: Option<Keyring> = None;
+        // An ErrImagePull not posted yet (statuses wait while a reload is pending, or behind
+        // other pods' PATCHes) is held until it is: the API shows ErrImagePull before
+        // ImagePullBackOff however late the status pass comes, as the kubelet's sync does.
+        let unposted = self.status_due.pods.contains(k);
+        let held = match self.pods.get(k).map(|r| &r.phase) {
+            Some(Phase::Blocked {
+                reason, message, ..
+            }) if unposted && reason == ERR_IMAGE_PULL => Some(message.clone()),
+            _ => None,
+        };
         for c in containers(pod) {
             let reference = c.image.clone().unwrap_or_default();
             let Some(stored) = registry_image(&reference, &fs) else {
@@ -126,11 +136,14 @@ impl Worker {
             match state {
                 Some(State::Pulling) => waits.push(wait(0, CREATING, String::new())),
                 Some(State::Failed(m)) => waits.push(wait(2, ERR_IMAGE_PULL, m)),
-                Some(State::BackOff) => waits.push(wait(
-                    1,
-                    IMAGE_PULL_BACK_OFF,
-                    message::back_off_pulling(&reference),
-                )),
+                Some(State::BackOff) => match &held {
+                    Some(m) => waits.push(wait(2, ERR_IMAGE_PULL, m.clone())),
+                    None => waits.push(wait(
+                        1,
+                        IMAGE_PULL_BACK_OFF,
+                        message::back_off_pulling(&reference),
+                    )),
+                },
                 None => {
                     let ring = match &keyring {
                         Some(r) => r.clone(),

@@ -221,7 +221,7 @@ impl Worker {
                         let obj = crate::kube::events::Involved::container(&pod, &c);
                         self.post_event(&obj, type_, reason, &message);
                     }
-                    self.hook_events(&pod);
+                    self.hook_events(&pod, false);
                     self.images_at_restart(&k, &pod, &st);
                     st
                 }

@@ -110,7 +110,7 @@ impl Worker {
             // The preStop hooks ran during this stop: their failures are events before it goes.
             // Read from the journal and the hooks' records, which outlive the units: the local
             // reconciler resets and unloads them as soon as they have stopped.
-            self.hook_events(&pod);
+            self.hook_events(&pod, true);
             self.remove_pod_dirs(&uid);
             let path = client::path::<Pod>(Some(&k.0), Some(&k.1));
             let opts = DeleteOptions {
