@@ -11,6 +11,8 @@ mod support;
 mod node_logs;
 #[path = "kubelet_api/serving_cert.rs"]
 mod serving_cert;
+#[path = "kubelet_api/websocket.rs"]
+mod websocket;
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -459,7 +461,9 @@ fn exec_locally_and_through_a_real_apiserver() {
         String::from_utf8_lossy(&bad.stderr)
     );
 
-    // `kubectl exec` through the API server: SPDY to the node's kubelet port.
+    // `kubectl exec` through the API server: WebSocket (v5.channel.k8s.io) to the node's kubelet
+    // port, kubectl's default (tests/kubelet_api/websocket.rs proves which was spoken), and SPDY
+    // where said.
     let out = cp
         .kubectl()
         .args([
@@ -497,29 +501,38 @@ fn exec_locally_and_through_a_real_apiserver() {
         .unwrap(),
         "1234\nfrom-the-pod\n"
     );
-    // -i: stdin through, to its end.
-    let mut cat = cp
-        .kubectl()
-        .args(["exec", "-i", "shell", "--", "sh", "-c", "cat; echo end"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let big: String = (0..20000).map(|i| format!("line {i}\n")).collect();
-    let feed = {
-        let mut w = cat.stdin.take().unwrap();
-        let big = big.clone();
-        std::thread::spawn(move || std::io::Write::write_all(&mut w, big.as_bytes()))
-    };
-    let out = cat.wait_with_output().unwrap();
-    feed.join().unwrap().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(String::from_utf8_lossy(&out.stdout), format!("{big}end\n"));
+    // -i: stdin through, to its end (WebSocket: v5's close signal; SPDY: the stream's FIN).
+    for spdy in [false, true] {
+        let mut k = cp.kubectl();
+        if spdy {
+            k.env("KUBECTL_REMOTE_COMMAND_WEBSOCKETS", "false");
+        }
+        let mut cat = k
+            .args(["exec", "-i", "shell", "--", "sh", "-c", "cat; echo end"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let big: String = (0..20000).map(|i| format!("line {i}\n")).collect();
+        let feed = {
+            let mut w = cat.stdin.take().unwrap();
+            let big = big.clone();
+            std::thread::spawn(move || std::io::Write::write_all(&mut w, big.as_bytes()))
+        };
+        let out = cat.wait_with_output().unwrap();
+        feed.join().unwrap().unwrap();
+        assert!(
+            out.status.success(),
+            "spdy {spdy}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            format!("{big}end\n"),
+            "spdy {spdy}"
+        );
+    }
 
     // The gate: exec is nodes/proxy `create`; a user without it is refused.
     let (ncrt, nkey) = cp.client_cert("nobody", "nobody", "");
@@ -549,19 +562,23 @@ fn exec_locally_and_through_a_real_apiserver() {
         line.push_str(&quote(a));
     }
     let tty_script = "tty; stty size; exit 4";
-    let out = Command::new("script")
-        .args([
-            "-qec",
-            &format!("stty cols 100 rows 30; {line} exec -it shell -- sh -c '{tty_script}'"),
-            "/dev/null",
-        ])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("/dev/pts/"), "{text}");
-    assert!(text.contains("30 100"), "{text}");
-    assert_eq!(out.status.code(), Some(4), "{text}");
+    for env in ["", "KUBECTL_REMOTE_COMMAND_WEBSOCKETS=false "] {
+        let out = Command::new("script")
+            .args([
+                "-qec",
+                &format!(
+                    "stty cols 100 rows 30; {env}{line} exec -it shell -- sh -c '{tty_script}'"
+                ),
+                "/dev/null",
+            ])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("/dev/pts/"), "{env}{text}");
+        assert!(text.contains("30 100"), "{env}{text}");
+        assert_eq!(out.status.code(), Some(4), "{env}{text}");
+    }
     let local = m.sh(&format!(
         "script -qec \"stty cols 90 rows 20; podunit exec -it shell -- sh -c '{tty_script}'\" /dev/null"
     ));

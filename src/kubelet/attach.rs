@@ -1,5 +1,6 @@
 //! `/attach/{namespace}/{pod}/{container}` (also with the pod's UID before the container): what
-//! `kubectl attach` reaches, the remotecommand protocol of `/exec` without a command.
+//! `kubectl attach` reaches, the remotecommand protocol of `/exec` without a command, over SPDY
+//! or WebSocket as exec ([`super::channels`]).
 //!
 //! How attach maps onto systemd: a container's stdout and stderr go to the journal, so attaching
 //! is following the container's journal from now on, the same source and code as
@@ -10,16 +11,16 @@
 //! in a manifest are warned about and ignored), so an attach asking for stdin or a TTY is
 //! refused before the upgrade, with the reason, rather than connected to nothing.
 
+use super::channels::{self, Channel, Channels, Spdy};
 use super::http::{self, Request};
-use super::remotecommand::{self, Conn, Options, Streams};
+use super::remotecommand::{self, Conn, Options};
 use super::server::{State, Tls};
-use super::spdy;
+use super::wsconn;
 use crate::exec::{self, Exit};
 use crate::logs::{self, LogOptions};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use std::cell::{Cell, RefCell};
 use std::io::{self, Write};
-use std::os::fd::AsFd;
 
 /// Output read from the journal per frame (spdystream's own chunk).
 const CHUNK: usize = 32 * 1024;
@@ -87,40 +88,71 @@ pub(super) fn attach(state: &State, stream: &mut Tls, req: &Request, rest: &str)
         }
         Err(e) => return reply(stream, 500, &format!("{e}\n")),
     };
+    let running = || {
+        client
+            .unit_state(&unit)
+            .is_ok_and(|s| s.main_pid != 0 && s.invocation_id == invocation)
+    };
+    let target = (&key, container);
+    if wsconn::is_websocket(req) {
+        let protocol = match wsconn::upgrade(stream, req, &wsconn::CHANNEL_PROTOCOLS) {
+            Ok(p) => p,
+            Err(keep) => return keep,
+        };
+        let mut ch = wsconn::WsChannels::new(stream, protocol, &opts);
+        if ch.ready().is_ok() {
+            session(&mut ch, protocol, &opts, target, &running);
+        }
+        ch.close();
+        return false;
+    }
     let protocol = match remotecommand::upgrade(stream, req, &remotecommand::PROTOCOLS) {
         Ok(p) => p,
         Err(keep) => return keep,
     };
     let mut conn = Conn::new(stream);
-    if let Ok(Some(streams)) = remotecommand::open_streams(&mut conn, &opts, protocol) {
-        let running = || {
-            client
-                .unit_state(&unit)
-                .is_ok_and(|s| s.main_pid != 0 && s.invocation_id == invocation)
-        };
-        let conn = RefCell::new(conn);
-        follow(&conn, &streams, (&key, container), &running);
-        let mut conn = conn.into_inner();
-        let ok = remotecommand::status_message(protocol, &[], &Ok(Exit::Code(0)));
-        let _ = remotecommand::finish(&mut conn, &streams, &ok);
-        conn.close();
-    } else {
-        conn.close();
+    match remotecommand::open_streams(&mut conn, &opts, protocol) {
+        Ok(Some(streams)) => {
+            let mut ch = Spdy { conn, streams };
+            session(&mut ch, protocol, &opts, target, &running);
+            ch.close();
+        }
+        _ => conn.close(),
     }
     false
 }
 
-/// The container's output from now on, as DATA frames on one of the client's output streams.
+/// The attached session: the output, then success on the error channel.
+fn session(
+    ch: &mut dyn Channels,
+    protocol: &str,
+    o: &Options,
+    target: (&crate::localsync::generator_output::PodKey, &str),
+    running: &dyn Fn() -> bool,
+) {
+    let out = if o.stdout {
+        Channel::Stdout
+    } else {
+        Channel::Stderr
+    };
+    let conn = RefCell::new(ch);
+    follow(&conn, out, target, running);
+    let ch = conn.into_inner();
+    let ok = remotecommand::status_message(protocol, &[], &Ok(Exit::Code(0)));
+    let _ = channels::finish(ch, &ok);
+}
+
+/// The container's output from now on, on one of the client's output channels.
 struct Output<'c, 'a> {
-    conn: &'c RefCell<Conn<'a>>,
-    stream: u32,
+    conn: &'c RefCell<&'a mut dyn Channels>,
+    channel: Channel,
 }
 
 impl Write for Output<'_, '_> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         let mut conn = self.conn.borrow_mut();
         for chunk in buf.chunks(CHUNK) {
-            conn.send(&spdy::data(self.stream, false, chunk))?;
+            conn.send(self.channel, chunk)?;
         }
         Ok(buf.len())
     }
@@ -133,8 +165,8 @@ impl Write for Output<'_, '_> {
 /// Copies the journal to the client until it goes or the container's run ends; then the
 /// output streams are closed.
 fn follow(
-    conn: &RefCell<Conn<'_>>,
-    streams: &Streams,
+    conn: &RefCell<&mut dyn Channels>,
+    channel: Channel,
     (pod, container): (&crate::localsync::generator_output::PodKey, &str),
     running: &dyn Fn() -> bool,
 ) {
@@ -150,7 +182,7 @@ fn follow(
     // After the run has ended, one more look at the journal for its last lines.
     let ended = Cell::new(false);
     let alive = || {
-        if ended.get() || !client_there(&mut conn.borrow_mut()) {
+        if ended.get() || !client_there(*conn.borrow_mut()) {
             return false;
         }
         if !running() {
@@ -158,39 +190,32 @@ fn follow(
         }
         true
     };
-    if let Some(stream) = streams.stdout.or(streams.stderr) {
-        let mut out = Output { conn, stream };
-        let _ = logs::stream(pod, container, &opts, &mut out, &alive);
-    }
+    let mut out = Output { conn, channel };
+    let _ = logs::stream(pod, container, &opts, &mut out, &alive);
     let mut conn = conn.borrow_mut();
-    for id in [streams.stdout, streams.stderr].into_iter().flatten() {
-        let _ = conn.send(&spdy::data(id, true, b""));
+    for ch in [Channel::Stdout, Channel::Stderr] {
+        let _ = conn.end(ch);
     }
 }
 
 /// Whether the client is still there, answering what it sent meanwhile (PINGs); it sends
 /// nothing else an attach without stdin uses.
-fn client_there(conn: &mut Conn<'_>) -> bool {
+fn client_there(conn: &mut dyn Channels) -> bool {
     // A client that keeps sending gets a few rounds, not the thread.
     for _ in 0..8 {
         let readable = {
-            let mut fds = [PollFd::new(conn.tls.sock.as_fd(), PollFlags::POLLIN)];
+            let mut fds = [PollFd::new(conn.sock(), PollFlags::POLLIN)];
             !matches!(poll(&mut fds, PollTimeout::ZERO), Ok(0))
         };
         if readable && !matches!(conn.fill(), Ok(true)) {
             return false;
         }
-        let mut ignore = Streams::default();
         loop {
-            match conn.next_frame() {
-                Ok(Some(f)) => {
-                    if conn.control(f, &mut ignore).is_err() {
-                        return false;
-                    }
-                }
+            match conn.next() {
+                Ok(Some(_)) => {}
                 Ok(None) => break,
-                // A bad frame or a GOAWAY: the session is over.
-                _ => return false,
+                // A bad frame, a GOAWAY or a close: the session is over.
+                Err(_) => return false,
             }
         }
         if !readable {

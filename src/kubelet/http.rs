@@ -250,8 +250,21 @@ pub fn write_response(
     body: &[u8],
     close: bool,
 ) -> io::Result<()> {
+    write_response_with(w, status, &[], content_type, body, close)
+}
+
+/// [`write_response`] with further header lines (`Name: value`, each without its line end).
+pub fn write_response_with(
+    w: &mut impl Write,
+    status: u16,
+    extra: &[&str],
+    content_type: &str,
+    body: &[u8],
+    close: bool,
+) -> io::Result<()> {
+    let extra: String = extra.iter().map(|h| format!("{h}\r\n")).collect();
     let head = format!(
-        "HTTP/1.1 {status} {}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n{}\r\n",
+        "HTTP/1.1 {status} {}\r\n{extra}Content-Type: {content_type}\r\nContent-Length: {}\r\n{}\r\n",
         reason(status),
         body.len(),
         if close { "Connection: close\r\n" } else { "" }

@@ -20,9 +20,13 @@ pub mod auth;
 #[cfg(feature = "cli")]
 pub mod certificate;
 #[cfg(feature = "cli")]
+mod channels;
+#[cfg(feature = "cli")]
 pub mod nodelogs;
 #[cfg(feature = "cli")]
 pub mod portforward;
+#[cfg(feature = "cli")]
+pub mod portforward_ws;
 #[cfg(feature = "cli")]
 pub mod query;
 #[cfg(feature = "cli")]
@@ -37,6 +41,8 @@ pub mod stats;
 pub mod subject;
 #[cfg(feature = "cli")]
 pub mod tls;
+#[cfg(feature = "cli")]
+pub mod wsconn;
 
 #[cfg(feature = "cli")]
 pub use server::{StartError, start};

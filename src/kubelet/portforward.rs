@@ -1,6 +1,7 @@
 //! `/portForward/{namespace}/{pod}` (also with the pod's UID after its name): what `kubectl
 //! port-forward` reaches through the API server, upgraded to SPDY/3.1 with the
-//! `portforward.k8s.io` protocol (the kubelet's `cri/streaming/portforward/httpstream.go`).
+//! `portforward.k8s.io` protocol (the kubelet's `cri/streaming/portforward/httpstream.go`), or
+//! to WebSocket ([`super::portforward_ws`]).
 //! Each forwarded connection is a pair of streams the client opens, `streamType` `error` and
 //! `data`, with the same `port` and `requestID` headers. Once both are there the node connects
 //! to the port on the pod's localhost (pods share the host's network) and copies between the
@@ -18,6 +19,7 @@ use super::portforward_streams::{Added, Pairs};
 use super::remotecommand::{self, Conn, OwnedFrame};
 use super::server::{State, Tls};
 use super::spdy;
+use super::{portforward_ws, wsconn};
 use crate::localsync::generator_output::{self, GeneratedPod};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use std::collections::BTreeMap;
@@ -31,19 +33,19 @@ pub const PROTOCOL: &str = "portforward.k8s.io";
 /// How long a pair has to get its second stream (the kubelet's default).
 const STREAM_CREATION_TIMEOUT: Duration = Duration::from_secs(30);
 /// A session with no traffic either way for this long is closed (the kubelet's default).
-const IDLE_TIMEOUT: Duration = Duration::from_secs(4 * 3600);
+pub(super) const IDLE_TIMEOUT: Duration = Duration::from_secs(4 * 3600);
 /// Once one direction of a forwarded connection has ended, how long the other may go on
 /// (the runtimes' own grace, as socat's).
 const GRACE: Duration = Duration::from_secs(1);
 /// The client's bytes taken ahead of the pod reading them, per connection.
-const BACKLOG: usize = 64 * 1024;
+pub(super) const BACKLOG: usize = 64 * 1024;
 /// Bytes read from the pod per frame (spdystream's own chunk).
-const CHUNK: usize = 32 * 1024;
+pub(super) const CHUNK: usize = 32 * 1024;
 /// Connecting on the node's own loopback either succeeds or fails at once; bound it anyway.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The pod being forwarded to.
-struct Target {
+pub(super) struct Target {
     /// `namespace/name`, as the kubelet names the pod in its messages.
     pod: String,
     uid: String,
@@ -78,6 +80,20 @@ pub(super) fn port_forward(state: &State, stream: &mut Tls, req: &Request, rest:
         uid: pod.uid.clone().unwrap_or_default(),
         private_network: private_network(state, pod),
     };
+    if wsconn::is_websocket(req) {
+        let ports = match portforward_ws::ports(req) {
+            Ok(p) => p,
+            Err(m) => return remotecommand::refuse(stream, req, 400, &m),
+        };
+        let protocol = match wsconn::upgrade(stream, req, &wsconn::PORT_FORWARD_PROTOCOLS) {
+            Ok(p) => p,
+            Err(keep) => return keep,
+        };
+        let mut conn = wsconn::WsConn::new(stream, protocol);
+        let _ = portforward_ws::serve(&mut conn, &target, &ports);
+        conn.close();
+        return false;
+    }
     if let Err(keep) = remotecommand::upgrade(stream, req, &[PROTOCOL]) {
         return keep;
     }
@@ -110,7 +126,7 @@ struct Forward {
 }
 
 /// Connects to `port` on the pod's localhost as the runtimes do: IPv4, then IPv6.
-fn dial(target: &Target, port: u16) -> Result<TcpStream, String> {
+pub(super) fn dial(target: &Target, port: u16) -> Result<TcpStream, String> {
     if target.private_network {
         return Err(
             "the pod has a network namespace of its own, which port-forward does not enter".into(),
@@ -131,7 +147,7 @@ fn dial(target: &Target, port: u16) -> Result<TcpStream, String> {
 }
 
 /// The kubelet's message on the error stream when forwarding failed.
-fn forward_error(target: &Target, port: u16, why: &str) -> String {
+pub(super) fn forward_error(target: &Target, port: u16, why: &str) -> String {
     format!(
         "error forwarding port {port} to pod {}, uid {}: {why}",
         target.pod, target.uid
@@ -221,14 +237,7 @@ fn serve(conn: &mut Conn<'_>, target: &Target) -> io::Result<()> {
         for (r, readable, writable) in ready {
             let Some(f) = fwd.get_mut(&r) else { continue };
             if writable {
-                match f.sock.write(&f.backlog) {
-                    Ok(n) => {
-                        f.backlog.drain(..n);
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                    // The pod closed its side: what the client sends goes nowhere.
-                    Err(_) => f.backlog.clear(),
-                }
+                write_backlog(&mut f.sock, &mut f.backlog);
             }
             if f.client_fin && f.backlog.is_empty() && f.ending.is_none() {
                 let _ = f.sock.shutdown(Shutdown::Write);
@@ -250,6 +259,18 @@ fn serve(conn: &mut Conn<'_>, target: &Target) -> io::Result<()> {
                 end_pair(conn, Some(e), Some(d), "")?;
             }
         }
+    }
+}
+
+/// Writes what the pod's connection takes of the client's bytes.
+pub(super) fn write_backlog(sock: &mut TcpStream, backlog: &mut Vec<u8>) {
+    match sock.write(backlog) {
+        Ok(n) => {
+            backlog.drain(..n);
+        }
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+        // The pod closed its side: what the client sends goes nowhere.
+        Err(_) => backlog.clear(),
     }
 }
 

@@ -1,21 +1,25 @@
 //! `/exec/{namespace}/{pod}/{container}`: what `kubectl exec` reaches through the API server,
-//! which proxies the request as an HTTP upgrade to SPDY/3.1 and then carries the connection as
-//! it is. The protocol is the kubelet's remotecommand (`v4.channel.k8s.io` and older): the
-//! client opens one stream per channel, named by its `streamType` header (`error`, `stdin`,
-//! `stdout`, `stderr`, `resize`); the node answers each, runs the command
-//! ([`crate::exec`]) and copies between the streams and the command's pipes; at the end the
-//! `error` stream carries how it ended (v4: a `metav1.Status`, `NonZeroExitCode` with an
-//! `ExitCode` cause, which kubectl turns into its own exit code).
+//! which proxies the request as an HTTP upgrade and then carries the connection as it is. The
+//! protocol is the kubelet's remotecommand, over either framing ([`super::channels`]): SPDY/3.1
+//! (`v4.channel.k8s.io` and older), where the client opens one stream per channel, named by its
+//! `streamType` header (`error`, `stdin`, `stdout`, `stderr`, `resize`), or WebSocket
+//! ([`super::wsconn`]: `v5.channel.k8s.io`, `v4.channel.k8s.io` and older), where each message
+//! starts with its channel's number (stdin 0, stdout 1, stderr 2, error 3, resize 4). The node
+//! runs the command ([`crate::exec`]) and copies between the channels and the command's pipes;
+//! at the end the `error` channel carries how it ended (v4 and v5: a `metav1.Status`,
+//! `NonZeroExitCode` with an `ExitCode` cause, which kubectl turns into its own exit code).
 //!
 //! One thread per connection, one poll loop: nothing here waits on the client except a write,
 //! which the socket's timeout bounds. The command's output is read only as fast as the client
 //! takes it, and the client's stdin only as fast as the command takes it (a bounded backlog),
 //! so a client that never reads or a command that never reads costs a few buffers, nothing more.
 
+use super::channels::{self, Channel, Channels, Event, Spdy};
 use super::http::{self, Request};
 use super::server::{State, Tls};
 use super::spdy::headers::{Deflater, Inflater};
 use super::spdy::{self, Frame};
+use super::wsconn;
 use crate::exec::{self, Exit, Stdio};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use std::io::{self, Read, Write};
@@ -110,6 +114,15 @@ pub fn negotiate(req: &Request, supported: &[&'static str]) -> Option<&'static s
         .find_map(|o| supported.iter().find(|p| *p == o).copied())
 }
 
+/// Whether `protocol` carries how the command ended as a `metav1.Status` in JSON (the kubelet's
+/// `v4WriteStatusFunc`), over SPDY or WebSocket; the older ones carry an error's text only.
+fn json_status(protocol: &str) -> bool {
+    matches!(
+        protocol,
+        "v4.channel.k8s.io" | "v4.base64.channel.k8s.io" | "v5.channel.k8s.io"
+    )
+}
+
 /// How the command ended, as the `error` stream of `protocol` carries it (nothing: success on
 /// the older protocols).
 pub fn status_message(protocol: &str, argv: &[String], r: &Result<Exit, String>) -> Vec<u8> {
@@ -120,7 +133,7 @@ pub fn status_message(protocol: &str, argv: &[String], r: &Result<Exit, String>)
         Ok(Exit::Signal(s)) => Some(128 + s),
         Err(_) => None,
     };
-    let v4 = protocol == PROTOCOLS[0];
+    let v4 = json_status(protocol);
     let body = match (r, code) {
         (Ok(_), None) if v4 => serde_json::json!({"metadata": {}, "status": "Success"}),
         (Ok(_), None) => return Vec::new(),
@@ -182,13 +195,32 @@ pub(super) fn exec(state: &State, stream: &mut Tls, req: &Request, rest: &str) -
             Ok(u) => u.to_string(),
             Err(e) => return reply(stream, 404, &format!("{e}\n")),
         };
+    let names = (ns, name, container);
+    if wsconn::is_websocket(req) {
+        let protocol = match wsconn::upgrade(stream, req, &wsconn::CHANNEL_PROTOCOLS) {
+            Ok(p) => p,
+            Err(keep) => return keep,
+        };
+        let mut ch = wsconn::WsChannels::new(stream, protocol, &opts);
+        let _ = ch
+            .ready()
+            .and_then(|_| serve(&mut ch, &unit, names, protocol, &opts));
+        ch.close();
+        return false;
+    }
     let protocol = match upgrade(stream, req, &PROTOCOLS) {
         Ok(p) => p,
         Err(keep) => return keep,
     };
     let mut conn = Conn::new(stream);
-    let _ = serve(&mut conn, &unit, (ns, name, container), protocol, &opts);
-    conn.close();
+    match open_streams(&mut conn, &opts, protocol) {
+        Ok(Some(streams)) => {
+            let mut ch = Spdy { conn, streams };
+            let _ = serve(&mut ch, &unit, names, protocol, &opts);
+            ch.close();
+        }
+        _ => conn.close(),
+    }
     false
 }
 
@@ -290,26 +322,7 @@ impl<'a> Conn<'a> {
     /// Reads what the socket has (blocking until something arrives when it has nothing);
     /// false once the client has closed its side.
     pub fn fill(&mut self) -> io::Result<bool> {
-        let n = self.tls.conn.read_tls(&mut self.tls.sock)?;
-        if n == 0 {
-            self.eof = true;
-            return Ok(false);
-        }
-        let st = self
-            .tls
-            .conn
-            .process_new_packets()
-            .map_err(io::Error::other)?;
-        let avail = st.plaintext_bytes_to_read();
-        let closed = st.peer_has_closed();
-        let at = self.inbuf.len();
-        self.inbuf.resize(at + avail, 0);
-        self.tls.conn.reader().read_exact(&mut self.inbuf[at..])?;
-        while self.tls.conn.wants_write() {
-            self.tls.conn.write_tls(&mut self.tls.sock)?;
-        }
-        self.eof |= closed;
-        Ok(!closed)
+        fill(self.tls, &mut self.inbuf, &mut self.eof)
     }
 
     /// The next whole frame in the buffer, copied out of it (`handle` gets it by value).
@@ -412,33 +425,52 @@ impl From<Frame<'_>> for OwnedFrame {
     }
 }
 
+/// Reads what the TLS socket has into `inbuf` (blocking until something arrives when it has
+/// nothing); false, and `eof` set, once the client has closed its side.
+pub(super) fn fill(tls: &mut Tls, inbuf: &mut Vec<u8>, eof: &mut bool) -> io::Result<bool> {
+    let n = tls.conn.read_tls(&mut tls.sock)?;
+    if n == 0 {
+        *eof = true;
+        return Ok(false);
+    }
+    let st = tls.conn.process_new_packets().map_err(io::Error::other)?;
+    let avail = st.plaintext_bytes_to_read();
+    let closed = st.peer_has_closed();
+    let at = inbuf.len();
+    inbuf.resize(at + avail, 0);
+    tls.conn.reader().read_exact(&mut inbuf[at..])?;
+    while tls.conn.wants_write() {
+        tls.conn.write_tls(&mut tls.sock)?;
+    }
+    *eof |= closed;
+    Ok(!closed)
+}
+
 fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     let (r, w) = io::pipe()?;
     Ok((OwnedFd::from(r), OwnedFd::from(w)))
 }
 
+/// Runs the command and copies between it and the channels; at the end, how it ended.
 fn serve(
-    conn: &mut Conn<'_>,
+    ch: &mut dyn Channels,
     unit: &str,
     (ns, name, container): (&str, &str, &str),
     protocol: &str,
     o: &Options,
 ) -> io::Result<()> {
-    let Some(streams) = open_streams(conn, o, protocol)? else {
-        return Ok(());
-    };
     let pod = format!("{ns}/{name}");
     let started = start(unit, (&pod, container), o);
     let (session, fds) = match started {
         Ok(s) => s,
         Err(e) => {
             let msg = status_message(protocol, &o.command, &Err(e.to_string()));
-            return finish(conn, &streams, &msg);
+            return channels::finish(ch, &msg);
         }
     };
-    let result = pump(conn, &streams, session, fds)?;
+    let result = pump(ch, session, fds)?;
     let msg = status_message(protocol, &o.command, &result);
-    finish(conn, &streams, &msg)
+    channels::finish(ch, &msg)
 }
 
 /// The streams `o` asks for, as the client opens them all before it sends anything else; None
@@ -616,10 +648,9 @@ fn terminal(stdin: bool) -> io::Result<(Stdio, Ends)> {
     Ok((stdio, ends))
 }
 
-/// Copies between the streams and the command until it has ended and its output is drained.
+/// Copies between the channels and the command until it has ended and its output is drained.
 fn pump(
-    conn: &mut Conn<'_>,
-    streams: &Streams,
+    conn: &mut dyn Channels,
     session: exec::Session,
     mut ends: Ends,
 ) -> io::Result<Result<Exit, String>> {
@@ -633,18 +664,20 @@ fn pump(
     loop {
         // Frames already read, as far as stdin has room.
         while backlog.len() < STDIN_BACKLOG {
-            let Some(f) = conn.next_frame()? else { break };
-            let mut ignore = Streams::default();
-            match conn.control(f, &mut ignore)? {
-                Some(OwnedFrame::Data { stream, fin, data }) if Some(stream) == streams.stdin => {
-                    backlog.extend_from_slice(&data);
+            match conn.next()? {
+                None => break,
+                Some(Event::Stdin(data, fin)) => {
+                    // Whatever comes after the client's end of stdin goes nowhere.
+                    if !stdin_fin {
+                        backlog.extend_from_slice(&data);
+                    }
                     stdin_fin |= fin;
                 }
-                Some(OwnedFrame::Data { stream, data, .. }) if Some(stream) == streams.resize => {
+                Some(Event::Resize(data)) => {
                     sizes.extend_from_slice(&data);
                     resize(ends.terminal.as_ref(), &mut sizes);
                 }
-                _ => {}
+                Some(Event::Other) => {}
             }
         }
         if stdin_fin && backlog.is_empty() {
@@ -654,14 +687,10 @@ fn pump(
         if done && ends.stdout.is_none() && ends.stderr.is_none() {
             break;
         }
-        let read_sock = !conn.eof && backlog.len() < STDIN_BACKLOG;
+        let read_sock = !conn.eof() && backlog.len() < STDIN_BACKLOG;
         let (ready, n) = {
             let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(5);
-            let i_sock = slot(
-                &mut fds,
-                read_sock.then(|| conn.tls.sock.as_fd()),
-                PollFlags::POLLIN,
-            );
+            let i_sock = slot(&mut fds, read_sock.then(|| conn.sock()), PollFlags::POLLIN);
             let i_out = slot(
                 &mut fds,
                 ends.stdout.as_ref().map(|f| f.as_fd()),
@@ -715,9 +744,9 @@ fn pump(
             // The client has gone: dropping the session kills the command.
             return Err(io::ErrorKind::ConnectionAborted.into());
         }
-        for (ready, end, id) in [
-            (out, &mut ends.stdout, streams.stdout),
-            (err, &mut ends.stderr, streams.stderr),
+        for (ready, end, ch) in [
+            (out, &mut ends.stdout, Channel::Stdout),
+            (err, &mut ends.stderr, Channel::Stderr),
         ] {
             if !ready {
                 continue;
@@ -729,15 +758,11 @@ fn pump(
                 // EIO: a terminal whose every other side has closed.
                 Err(_) => 0,
             };
-            if let Some(id) = id {
-                if n == 0 {
-                    conn.send(&spdy::data(id, true, b""))?;
-                } else {
-                    conn.send(&spdy::data(id, false, &buf[..n]))?;
-                }
-            }
             if n == 0 {
+                conn.end(ch)?;
                 *end = None;
+            } else {
+                conn.send(ch, &buf[..n])?;
             }
         }
         if inp && let Some(fd) = ends.stdin.as_ref() {
@@ -772,17 +797,6 @@ fn slot<'a>(
         fds.push(PollFd::new(fd, flags));
         fds.len() - 1
     })
-}
-
-/// The end of a session: the output streams closed, then the status on the error stream.
-pub(super) fn finish(conn: &mut Conn<'_>, streams: &Streams, status: &[u8]) -> io::Result<()> {
-    if let Some(id) = streams.error {
-        if !status.is_empty() {
-            conn.send(&spdy::data(id, false, status))?;
-        }
-        conn.send(&spdy::data(id, true, b""))?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -142,6 +142,20 @@ pub fn frame(opcode: u8, payload: &[u8]) -> Vec<u8> {
     out
 }
 
+/// A frame as a client sends it, masked with `mask` (for the tests and the fuzz target: the
+/// server reads these and never writes one).
+pub fn client_frame(fin: bool, opcode: u8, payload: &[u8], mask: [u8; 4]) -> Vec<u8> {
+    let mut out = frame(opcode, payload);
+    out[0] = (if fin { 0x80 } else { 0 }) | opcode;
+    out[1] |= 0x80;
+    let at = out.len() - payload.len();
+    out.splice(at..at, mask);
+    for (i, b) in out[at + 4..].iter_mut().enumerate() {
+        *b ^= mask[i % 4];
+    }
+    out
+}
+
 /// A close frame with its code (and no reason).
 pub fn close_frame(code: u16) -> Vec<u8> {
     frame(CLOSE, &code.to_be_bytes())
@@ -205,22 +219,32 @@ impl Assembler {
     }
 }
 
-/// The stream protocols spoken over WebSocket, the client's choice in order of preference
-/// (`Sec-WebSocket-Protocol`), as the kubelet's wsstream names them.
-pub const PROTOCOLS: [&str; 5] = [
+/// The protocols exec and attach speak over WebSocket, as the kubelet's wsstream names them
+/// (`""`: the client offered none; binary channels, the oldest status). `v5` is `v4` with the
+/// close signal ([`CLOSE_CHANNEL`]); the `v4` ones carry the status as a `metav1.Status`.
+pub const CHANNEL_PROTOCOLS: [&str; 6] = [
     "v5.channel.k8s.io",
     "v4.channel.k8s.io",
     "v4.base64.channel.k8s.io",
     "channel.k8s.io",
     "base64.channel.k8s.io",
+    "",
 ];
 
-/// The first protocol the client offers that is known here.
-pub fn negotiate<'a>(offered: impl Iterator<Item = &'a str>) -> Option<&'static str> {
-    let offered: Vec<&str> = offered.flat_map(|v| v.split(',')).map(str::trim).collect();
+/// The protocols port-forward speaks over WebSocket (the kubelet's `portforward/websocket.go`).
+pub const PORT_FORWARD_PROTOCOLS: [&str; 3] = ["v4.channel.k8s.io", "v4.base64.channel.k8s.io", ""];
+
+/// The protocol to speak: the first of the client's (`Sec-WebSocket-Protocol`, comma-separated;
+/// only its first line, as Go's `Header.Get` reads it) that is in `supported`, in the client's
+/// order as wsstream's handshake takes them; `""` when the client offers none.
+pub fn negotiate(offered: Option<&str>, supported: &[&'static str]) -> Option<&'static str> {
+    let offered: Vec<&str> = match offered.map(str::trim) {
+        None | Some("") => vec![""],
+        Some(v) => v.split(',').map(str::trim).collect(),
+    };
     offered
         .iter()
-        .find_map(|o| PROTOCOLS.iter().find(|p| *p == o).copied())
+        .find_map(|o| supported.iter().find(|p| *p == o).copied())
 }
 
 /// v5's close-stream signal: a message on this channel names the stream that has ended.
@@ -236,7 +260,8 @@ pub fn channel_message(protocol: &str, m: &Message) -> Option<(u8, Vec<u8>)> {
         }
         Message::Text(t) if base64 => {
             let (&ch, data) = t.split_first()?;
-            let ch = ch.checked_sub(b'0').filter(|c| *c <= 9)?;
+            // Any byte from '0' on: which channels exist is the session's business.
+            let ch = ch.checked_sub(b'0')?;
             Some((ch, decode_base64(data)?))
         }
         _ => None,
@@ -306,22 +331,7 @@ mod tests {
 
     /// A masked client frame.
     fn client(fin: bool, opcode: u8, payload: &[u8]) -> Vec<u8> {
-        let mask = [0x37, 0xfa, 0x21, 0x3d];
-        let mut out = vec![(if fin { 0x80 } else { 0 }) | opcode];
-        match payload.len() {
-            n if n < 126 => out.push(0x80 | n as u8),
-            n if n <= 0xffff => {
-                out.push(0x80 | 126);
-                out.extend_from_slice(&(n as u16).to_be_bytes());
-            }
-            n => {
-                out.push(0x80 | 127);
-                out.extend_from_slice(&(n as u64).to_be_bytes());
-            }
-        }
-        out.extend_from_slice(&mask);
-        out.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
-        out
+        client_frame(fin, opcode, payload, [0x37, 0xfa, 0x21, 0x3d])
     }
 
     fn parse_all(mut b: &[u8]) -> Result<Vec<Message>, WsError> {
@@ -478,8 +488,15 @@ mod tests {
             frame(TEXT, b"2ZXJy")
         );
         assert_eq!(
-            channel_message("base64.channel.k8s.io", &Message::Text(b"x".to_vec())),
+            channel_message("base64.channel.k8s.io", &Message::Text(b"/".to_vec())),
             None
+        );
+        assert_eq!(
+            channel_message(
+                "v4.base64.channel.k8s.io",
+                &Message::Text(b":AQ==".to_vec())
+            ),
+            Some((10, vec![1]))
         );
         assert_eq!(
             channel_message("v4.channel.k8s.io", &Message::Binary(vec![])),
@@ -492,10 +509,31 @@ mod tests {
         assert_eq!(encode_base64(b"foobar"), "Zm9vYmFy");
         assert_eq!(decode_base64(b"Zm=v"), None);
         assert_eq!(decode_base64(b"Zg==Zg=="), None);
+    }
+
+    #[test]
+    fn the_clients_first_known_protocol_is_spoken() {
+        let all = &CHANNEL_PROTOCOLS;
         assert_eq!(
-            negotiate(["v4.channel.k8s.io, v5.channel.k8s.io", "x"].into_iter()),
+            negotiate(Some("v4.channel.k8s.io, v5.channel.k8s.io"), all),
             Some("v4.channel.k8s.io")
         );
-        assert_eq!(negotiate(["v9.channel.k8s.io"].into_iter()), None);
+        assert_eq!(
+            negotiate(Some("x, v5.channel.k8s.io"), all),
+            Some("v5.channel.k8s.io")
+        );
+        assert_eq!(negotiate(Some("v9.channel.k8s.io"), all), None);
+        // Nothing offered: the empty protocol, where it is served.
+        assert_eq!(negotiate(None, all), Some(""));
+        assert_eq!(negotiate(Some(" "), all), Some(""));
+        // Port-forward has no v5 and no unversioned channel protocols.
+        assert_eq!(
+            negotiate(Some("v5.channel.k8s.io"), &PORT_FORWARD_PROTOCOLS),
+            None
+        );
+        assert_eq!(
+            negotiate(Some("SPDY/3.1+portforward.k8s.io"), &PORT_FORWARD_PROTOCOLS),
+            None
+        );
     }
 }
