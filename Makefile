@@ -152,6 +152,7 @@ fuzz:
 	  cp "$$f" "fuzz/corpus/manifest/seed-$$(echo "$$f" | tr / _)"; \
 	done
 	python3 fuzz/seeds/unpack.py fuzz/corpus/unpack
+	python3 fuzz/seeds/frames.py fuzz/corpus
 	set -e; for t in $$($(CARGO) $(FUZZ_TOOLCHAIN) fuzz list); do \
 	  dict=; [ ! -f fuzz/dict/$$t.dict ] || dict=-dict=$(CURDIR)/fuzz/dict/$$t.dict; \
 	  $(CARGO) $(FUZZ_TOOLCHAIN) fuzz run $$t -- -max_total_time=$(FUZZ_TIME) \
