@@ -271,7 +271,8 @@ pub fn channel_message(protocol: &str, m: &Message) -> Option<(u8, Vec<u8>)> {
 /// A frame carrying `data` on `channel`.
 pub fn channel_frame(protocol: &str, channel: u8, data: &[u8]) -> Vec<u8> {
     if protocol.contains("base64") {
-        let mut m = vec![b'0' + channel];
+        // Channels past 207 wrap, as wsstream's byte arithmetic does (none are used).
+        let mut m = vec![b'0'.wrapping_add(channel)];
         m.extend_from_slice(encode_base64(data).as_bytes());
         frame(TEXT, &m)
     } else {
