@@ -1,4 +1,5 @@
-//! `podunit hook`: runs an `httpGet` or `sleep` lifecycle hook (see [`crate::probe::hook_run`]).
+//! `podunit hook`: runs an `httpGet` or `sleep` lifecycle hook (see [`crate::probe::hook_run`]),
+//! or an exec preStop inside the container (see [`crate::probe::hook::helper_args`]).
 //! Written into container units as `ExecStartPost=`/`ExecStop=`, never run by people.
 
 use clap::{Args as ClapArgs, Subcommand};
@@ -41,6 +42,13 @@ enum Handler {
         #[arg(long)]
         seconds: u64,
     },
+    /// Becomes COMMAND inside the container of UNIT, as its main process runs.
+    Exec {
+        #[arg(long)]
+        unit: String,
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
 }
 
 pub fn run(a: Args) -> ExitCode {
@@ -81,6 +89,8 @@ pub fn run(a: Args) -> ExitCode {
             };
             hook_run::http(&req, &crate::podstart::prepare::node_ip())
         }
+        // No record: systemd's journal entry has its exit.
+        Handler::Exec { unit, command } => return exec(&unit, &command),
     };
     let leave = |path: &str, what: &str| {
         if let Err(w) = crate::common::atomicfile::write(Path::new(path), what.as_bytes()) {
@@ -103,6 +113,19 @@ pub fn run(a: Args) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Becomes `command` in the container of `unit`, so that systemd sees the command's own exit (its
+/// journal entry is what a failure's event is read from). 126 when the container cannot be
+/// entered, as stage two exits then.
+fn exec(unit: &str, command: &[String]) -> ExitCode {
+    use std::os::unix::process::CommandExt;
+    let e = match crate::probe::exec::enter_command(unit, command) {
+        Ok(mut c) => c.exec().to_string(),
+        Err(e) => e,
+    };
+    eprintln!("podunit hook: cannot enter the container: {e}");
+    ExitCode::from(crate::probe::exec::ENTER_FAILED)
 }
 
 /// `record` when podunit-sync made the records' directory (see [`crate::probe::hook::RECORDS`]),

@@ -163,7 +163,7 @@ fn one(
     let mut faults = Vec::new();
     let mut warnings = Vec::new();
     let unit_name = naming::container_service(ns, pod_name, &c.name);
-    let mut u = UnitFile::new(unit_name);
+    let mut u = UnitFile::new(unit_name.clone());
     u.header = super::header(ctx.source);
 
     let env_path = concat(&[Paths::RUNTIME, "/", uid, "/env/", &c.name, ".env"]);
@@ -359,13 +359,16 @@ fn one(
                 continue;
             };
             let record = hook::record_path(&ctx.plan.uid, &c.name, stage);
-            match (&h, hook::helper_args(&h, stage, record.as_deref())) {
+            match (
+                &h,
+                hook::helper_args(&h, stage, record.as_deref(), &unit_name),
+            ) {
                 // The kubelet runs hook commands as written: no $(VAR) expansion.
-                (Hook::Exec(cmd), _) => {
+                (Hook::Exec(cmd), None) => {
                     svc.add(key, Value::Exec(cmd.iter().map(Arg::text).collect()));
                 }
                 // `+`: podunit is not in the container's root; the request goes out from the
-                // host's network, as the kubelet's does.
+                // host's network, as the kubelet's does; an exec preStop enters the container.
                 (_, Some(args)) => {
                     let argv = std::iter::once(ctx.node.podunit_bin.as_str())
                         .chain(args.iter().map(String::as_str))
