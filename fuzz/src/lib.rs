@@ -381,15 +381,13 @@ fn hook_line(unit: &str, key: &str, value: &str, prefix: &str) -> Vec<String> {
 }
 
 /// What a lifecycle handler must run, written out here from the manifest (not by the code under
-/// test): an exec postStart's command; `podunit hook ...` for an exec preStop (which enters
-/// container unit `unit`), httpGet and sleep.
+/// test): an exec postStart's command; `podunit hook ...` for an exec preStop, httpGet and sleep.
 fn hook_argv(
     c: &k8s_openapi::api::core::v1::Container,
     h: &k8s_openapi::api::core::v1::LifecycleHandler,
     pre_stop: bool,
     uid: &str,
     bin: &str,
-    unit: &str,
 ) -> Option<(&'static str, Vec<String>)> {
     use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
     let mut argv = vec![bin.to_string(), "hook".into()];
@@ -401,7 +399,7 @@ fn hook_argv(
         if !pre_stop {
             return Some(("", cmd));
         }
-        argv.extend(["exec".into(), format!("--unit={unit}"), "--".into()]);
+        argv.extend(["exec".into(), "--".into()]);
         argv.extend(cmd);
         return Some(("+", argv));
     }
@@ -703,7 +701,7 @@ pub fn check_pod(entry: &PodEntry, units: &PodUnits, node: &NodeFacts) {
         // Hooks run as written. An init container followed by others also restarts them.
         let lc = c.lifecycle.as_ref();
         let hook = |h: Option<&k8s_openapi::api::core::v1::LifecycleHandler>, pre_stop: bool| {
-            hook_argv(c, h?, pre_stop, &units.plan.uid, &node.podunit_bin, &unit)
+            hook_argv(c, h?, pre_stop, &units.plan.uid, &node.podunit_bin)
         };
         let post = hook(lc.and_then(|l| l.post_start.as_ref()), false);
         let mut posts = values(&e, "ExecStartPost");

@@ -42,10 +42,8 @@ enum Handler {
         #[arg(long)]
         seconds: u64,
     },
-    /// Becomes COMMAND inside the container of UNIT, as its main process runs.
+    /// Becomes COMMAND inside the container of `$MAINPID`, as that process runs.
     Exec {
-        #[arg(long)]
-        unit: String,
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
@@ -90,7 +88,7 @@ pub fn run(a: Args) -> ExitCode {
             hook_run::http(&req, &crate::podstart::prepare::node_ip())
         }
         // No record: systemd's journal entry has its exit.
-        Handler::Exec { unit, command } => return exec(&unit, &command),
+        Handler::Exec { command } => return exec(&command),
     };
     let leave = |path: &str, what: &str| {
         if let Err(w) = crate::common::atomicfile::write(Path::new(path), what.as_bytes()) {
@@ -115,17 +113,23 @@ pub fn run(a: Args) -> ExitCode {
     }
 }
 
-/// Becomes `command` in the container of `unit`, so that systemd sees the command's own exit (its
-/// journal entry is what a failure's event is read from). 126 when the container cannot be
-/// entered, as stage two exits then.
-fn exec(unit: &str, command: &[String]) -> ExitCode {
+/// Becomes `command` in the container of the unit's main process (`$MAINPID`, checked by the
+/// caller), so that systemd sees the command's own exit (its journal entry is what a failure's
+/// event is read from). 126 when the container cannot be entered, as stage two exits then.
+fn exec(command: &[String]) -> ExitCode {
+    use crate::probe::{exec, hook_run};
     use std::os::unix::process::CommandExt;
-    let e = match crate::probe::exec::enter_command(unit, command) {
+    let pid = std::env::var("MAINPID")
+        .ok()
+        .and_then(|p| p.parse::<u32>().ok())
+        .unwrap_or(0);
+    let env = hook_run::container_env(std::env::vars());
+    let e = match exec::stage_two_command(pid, command, env) {
         Ok(mut c) => c.exec().to_string(),
         Err(e) => e,
     };
     eprintln!("podunit hook: cannot enter the container: {e}");
-    ExitCode::from(crate::probe::exec::ENTER_FAILED)
+    ExitCode::from(exec::ENTER_FAILED)
 }
 
 /// `record` when podunit-sync made the records' directory (see [`crate::probe::hook::RECORDS`]),

@@ -146,9 +146,9 @@ fn report(line: &str) {
     let _ = nix::unistd::write(std::io::stdin().as_fd(), format!("{line}\n").as_bytes());
 }
 
-/// Stage two for `argv` in the container of `unit`, with the container's environment, ready to
-/// spawn (stage one) or to become (`podunit hook exec`, an exec preStop).
-pub fn enter_command(unit: &str, argv: &[String]) -> Result<Command, String> {
+/// Stage two for `argv` in the container of `unit`, with the container's environment (from the
+/// unit's properties), ready to spawn.
+fn enter_command(unit: &str, argv: &[String]) -> Result<Command, String> {
     let client = crate::systemd::Client::system().map_err(|e| e.to_string())?;
     let crate::systemd::ExecContext { pid, env, files } = client
         .service_exec_context(unit)
@@ -158,6 +158,16 @@ pub fn enter_command(unit: &str, argv: &[String]) -> Result<Command, String> {
     }
     let env = super::enter::environment(&env, &files, &|p| std::fs::read_to_string(p))
         .map_err(|e| e.to_string())?;
+    stage_two_command(pid, argv, env)
+}
+
+/// Stage two: enters the container of process `pid` and becomes `argv` with `env`. Also what
+/// `podunit hook exec` (an exec preStop) becomes.
+pub fn stage_two_command(
+    pid: u32,
+    argv: &[String],
+    env: Vec<(String, String)>,
+) -> Result<Command, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut cmd = Command::new(exe);
     cmd.args(["probe-exec", "--enter", &pid.to_string(), "--"])

@@ -102,20 +102,14 @@ pub fn hook(ctr: &core::Container, h: &core::LifecycleHandler) -> Option<Hook> {
     h.sleep.as_ref().map(|s| Hook::Sleep(s.seconds))
 }
 
-/// The arguments of `podunit hook` (after the program) for a hook of container unit `unit`;
-/// `None` for an exec postStart, which is the unit's own command. `record`: where the run leaves
+/// The arguments of `podunit hook` (after the program) for a hook; `None` for an exec postStart, which is the unit's own command. `record`: where the run leaves
 /// what podunit-sync reports of it ([`record_path`]). Every value from the manifest is one
 /// `--name=value` word, or follows `--`, so none can pass for an option.
 ///
 /// An exec preStop goes through `podunit hook` too: systemd runs `ExecStop=` after the main
 /// process exited on its own as well, and only `podunit hook` can tell (`$MAINPID`) and skip it,
 /// as the kubelet runs preStop only when it kills a container, and once per kill.
-pub fn helper_args(
-    hook: &Hook,
-    stage: Stage,
-    record: Option<&str>,
-    unit: &str,
-) -> Option<Vec<String>> {
+pub fn helper_args(hook: &Hook, stage: Stage, record: Option<&str>) -> Option<Vec<String>> {
     let mut a = vec!["hook".to_string()];
     if stage == Stage::PreStop {
         a.push("--pre-stop".into());
@@ -125,7 +119,6 @@ pub fn helper_args(
         Hook::Exec(cmd) => {
             // Its failure is systemd's journal entry for the command: no record.
             a.push("exec".into());
-            a.push(format!("--unit={unit}"));
             a.push("--".into());
             a.extend(cmd.iter().cloned());
             return Some(a);
@@ -260,7 +253,7 @@ mod tests {
         let lc = c.lifecycle.as_ref().unwrap();
         let post = hook(&c, lc.post_start.as_ref().unwrap()).unwrap();
         assert_eq!(
-            helper_args(&post, Stage::PostStart, Some("/r"), "u.service").unwrap(),
+            helper_args(&post, Stage::PostStart, Some("/r")).unwrap(),
             [
                 "hook",
                 "--record=/r",
@@ -278,8 +271,7 @@ mod tests {
             helper_args(
                 &pre,
                 Stage::PreStop,
-                record_path("u-1", "web", Stage::PreStop).as_deref(),
-                "u.service"
+                record_path("u-1", "web", Stage::PreStop).as_deref()
             )
             .unwrap(),
             [
@@ -291,21 +283,10 @@ mod tests {
             ]
         );
         let exec = Hook::Exec(vec!["--x".into(), "y".into()]);
+        assert_eq!(helper_args(&exec, Stage::PostStart, None), None);
         assert_eq!(
-            helper_args(&exec, Stage::PostStart, None, "u.service"),
-            None
-        );
-        assert_eq!(
-            helper_args(&exec, Stage::PreStop, Some("/r"), "u.service").unwrap(),
-            [
-                "hook",
-                "--pre-stop",
-                "exec",
-                "--unit=u.service",
-                "--",
-                "--x",
-                "y"
-            ]
+            helper_args(&exec, Stage::PreStop, Some("/r")).unwrap(),
+            ["hook", "--pre-stop", "exec", "--", "--x", "y"]
         );
         assert_eq!(record_path("../x", "web", Stage::PreStop), None);
         assert_eq!(record_path("", "web", Stage::PreStop), None);

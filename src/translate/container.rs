@@ -163,7 +163,7 @@ fn one(
     let mut faults = Vec::new();
     let mut warnings = Vec::new();
     let unit_name = naming::container_service(ns, pod_name, &c.name);
-    let mut u = UnitFile::new(unit_name.clone());
+    let mut u = UnitFile::new(unit_name);
     u.header = super::header(ctx.source);
 
     let env_path = concat(&[Paths::RUNTIME, "/", uid, "/env/", &c.name, ".env"]);
@@ -359,10 +359,7 @@ fn one(
                 continue;
             };
             let record = hook::record_path(&ctx.plan.uid, &c.name, stage);
-            match (
-                &h,
-                hook::helper_args(&h, stage, record.as_deref(), &unit_name),
-            ) {
+            match (&h, hook::helper_args(&h, stage, record.as_deref())) {
                 // The kubelet runs hook commands as written: no $(VAR) expansion.
                 (Hook::Exec(cmd), None) => {
                     svc.add(key, Value::Exec(cmd.iter().map(Arg::text).collect()));
