@@ -456,8 +456,9 @@ fn a_forbidden_configmap_read_is_retried_with_backoff() {
     wait_state(&m, &ctr_unit("default", "cfg", "main"), &["active"]);
 }
 
-/// The events of pod `name` in the API, as (reason, type, message, source component, source host).
-fn pod_events(cp: &ControlPlane, name: &str) -> Vec<(String, String, String, String, String)> {
+/// The events of pod `name` in the API, as (reason, type, message, source component, source host,
+/// count).
+fn pod_events(cp: &ControlPlane, name: &str) -> Vec<(String, String, String, String, String, i64)> {
     let list: Value = serde_json::from_str(&cp.kubectl_ok(
         &[
             "get",
@@ -482,9 +483,20 @@ fn pod_events(cp: &ControlPlane, name: &str) -> Vec<(String, String, String, Str
                 s(&e["message"]),
                 s(&e["source"]["component"]),
                 s(&e["source"]["host"]),
+                e["count"].as_i64().unwrap_or(0),
             )
         })
         .collect()
+}
+
+/// The uid of pod `name` (empty when there is none).
+fn pod_uid(cp: &ControlPlane, name: &str) -> String {
+    cp.kubectl_ok(
+        &["get", "pod", name, "-o", "jsonpath={.metadata.uid}"],
+        None,
+    )
+    .trim()
+    .to_string()
 }
 
 /// `kubectl get pod NAME`: its READY and RESTARTS columns.
@@ -495,9 +507,10 @@ fn kubectl_ready(cp: &ControlPlane, name: &str) -> (String, String) {
 }
 
 /// Probes as the API shows them: `kubectl get pods` READY follows a readiness probe that fails
-/// and then passes; a failing liveness probe restarts the container (restartCount, lastState);
-/// the kubelet's events (Created, Started, Unhealthy, Killing) are there with source kubelet and
-/// the node, and in `kubectl describe pod`.
+/// and then passes; a failing liveness probe restarts the container (restartCount, lastState)
+/// after its preStop hook ran once; the kubelet's events (Created, Started, Unhealthy counted,
+/// Killing, FailedPreStopHook) are there with source kubelet and the node, and in `kubectl
+/// describe pod`.
 #[test]
 fn probes_and_kubelet_events_through_a_real_apiserver() {
     let (m, cp) = machine_with_control_plane("real-api-probes", Options::default());
@@ -519,7 +532,9 @@ fn probes_and_kubelet_events_through_a_real_apiserver() {
                     "periodSeconds": 1, "failureThreshold": 1},
                 "livenessProbe": {"exec": {"command": ["/bin/sh", "-c",
                     "if [ -e /data/kill ]; then rm -f /data/kill; echo sick; exit 1; fi"]},
-                    "periodSeconds": 1, "failureThreshold": 1}}]}});
+                    "periodSeconds": 1, "failureThreshold": 1},
+                "lifecycle": {"preStop": {"exec": {"command": ["/bin/sh", "-c",
+                    "echo prestop >> /data/prestops; exit 4"]}}}}]}});
     cp.kubectl_ok(&["create", "-f", "-"], Some(&manifest.to_string()));
     let unit = ctr_unit("default", "probed", "main");
     wait_state(&m, &unit, &["active"]);
@@ -534,6 +549,13 @@ fn probes_and_kubelet_events_through_a_real_apiserver() {
         pod_events(&cp, "probed")
             .iter()
             .any(|e| e.2.starts_with("Readiness probe failed: not-ready-yet"))
+            .then_some(())
+    });
+    // A repeated failure is the same event counted up (a PATCH of `count`), not a new one.
+    m.wait_for("the readiness failure counted twice", SOON, || {
+        pod_events(&cp, "probed")
+            .iter()
+            .any(|e| e.2.starts_with("Readiness probe failed: not-ready-yet") && e.5 >= 2)
             .then_some(())
     });
     assert_eq!(kubectl_ready(&cp, "probed"), ("0/1".into(), "0".into()));
@@ -588,6 +610,22 @@ fn probes_and_kubelet_events_through_a_real_apiserver() {
         2,
         "one restart"
     );
+    assert_eq!(
+        m.read_string("/srv/ap/prestops").as_deref(),
+        Some("prestop\n"),
+        "the preStop hook ran once, for the kill"
+    );
+    let uid = pod_uid(&cp, "probed");
+    let failed_pre_stop = format!(
+        "Exec lifecycle hook ([/bin/sh -c echo prestop >> /data/prestops; exit 4]) for Container \"main\" in Pod \"probed_default({})\" failed - error: command '/bin/sh -c echo prestop >> /data/prestops; exit 4' exited with 4: , message: \"\"",
+        uid
+    );
+    m.wait_for("FailedPreStopHook", SOON, || {
+        pod_events(&cp, "probed")
+            .iter()
+            .any(|e| e.0 == "FailedPreStopHook" && e.1 == "Warning" && e.2 == failed_pre_stop)
+            .then_some(())
+    });
 
     // The kubelet's events, each from the kubelet on this node.
     let events = pod_events(&cp, "probed");
@@ -638,6 +676,8 @@ fn probes_and_kubelet_events_through_a_real_apiserver() {
         "Readiness probe failed: not-ready-yet",
         "Liveness probe failed: sick",
         "Started container main",
+        "Container main failed liveness probe, will be restarted",
+        "FailedPreStopHook",
         "kubelet",
     ] {
         assert!(described.contains(want), "{want:?} not in\n{described}");
@@ -934,8 +974,9 @@ fn api_pods_pull_their_images_with_image_pull_secrets() {
 
 /// Failed lifecycle hooks as the API shows them: a postStart that gets no answer is
 /// `FailedPostStartHook` ("PostStartHook failed", then `Killing` "FailedPostStartHook") and kills
-/// the container, which restarts (restartCount); from the kubelet on this node, in `kubectl
-/// describe pod`. (The other containers' failing preStop hooks run at deletion; their
+/// the container, which restarts (restartCount); a container that keeps exiting is `BackOff`
+/// ("Back-off restarting failed container"); from the kubelet on this node, in `kubectl describe
+/// pod`. (The other containers' failing preStop hooks run at deletion; their
 /// `FailedPreStopHook` events are not asserted: see docs/cluster-mode.md.)
 #[test]
 fn failed_lifecycle_hooks_are_kubelet_events() {
@@ -951,7 +992,8 @@ fn failed_lifecycle_hooks_are_kubelet_events() {
                 {"name": "prestop", "image": "host", "command": ["/bin/sleep", "100000"],
                  "lifecycle": {"preStop": {"httpGet": {"host": "127.0.0.1", "port": 18098, "path": "/bye"}}}},
                 {"name": "execstop", "image": "host", "command": ["/bin/sleep", "100000"],
-                 "lifecycle": {"preStop": {"exec": {"command": ["/bin/sh", "-c", "exit 3"]}}}}]}});
+                 "lifecycle": {"preStop": {"exec": {"command": ["/bin/sh", "-c", "exit 3"]}}}},
+                {"name": "crash", "image": "host", "command": ["/bin/sh", "-c", "exit 1"]}]}});
     cp.kubectl_ok(&["create", "-f", "-"], Some(&manifest.to_string()));
     let has = |reason: &str, ty: &str, msg: &str| {
         pod_events(&cp, "hooked")
@@ -979,6 +1021,14 @@ fn failed_lifecycle_hooks_are_kubelet_events() {
         );
         (restarts.trim().parse::<u32>().unwrap_or(0) >= 1).then_some(())
     });
+    let uid = pod_uid(&cp, "hooked");
+    let back_off = format!(
+        "Back-off restarting failed container crash in pod hooked_default({})",
+        uid
+    );
+    m.wait_for("BackOff of the crashing container", SOON, || {
+        has("BackOff", "Warning", &back_off).then_some(())
+    });
     let events = pod_events(&cp, "hooked");
     for e in &events {
         assert_eq!((e.3.as_str(), e.4.as_str()), ("kubelet", NODE), "{e:?}");
@@ -992,12 +1042,9 @@ fn failed_lifecycle_hooks_are_kubelet_events() {
     // Deleted through the API: the preStop hooks run during the graceful stop, and their
     // failures are events before the pod goes, although the local reconciler resets and unloads
     // the stopped units at once. The httpGet hook's error is the one `podunit hook` met.
-    let uid = cp.kubectl_ok(
-        &["get", "pod", "hooked", "-o", "jsonpath={.metadata.uid}"],
-        None,
-    );
-    assert!(!uid.trim().is_empty());
-    let uid = uid.trim();
+    let uid = pod_uid(&cp, "hooked");
+    assert!(!uid.is_empty());
+    let uid = uid.as_str();
     cp.kubectl_ok(&["delete", "pod", "hooked", "--wait=false"], None);
     m.wait_for("hooked gone from the API", SOON, || {
         cp.kubectl_ok(
@@ -1030,6 +1077,15 @@ fn failed_lifecycle_hooks_are_kubelet_events() {
         );
     }
     assert_eq!(pre_stop.len(), 2, "{events:#?}");
+    // The graceful deletion's kill of each running container, as `kubectl describe pod` shows it.
+    for c in ["prestop", "execstop"] {
+        assert!(
+            events.iter().any(|e| e.0 == "Killing"
+                && e.1 == "Normal"
+                && e.2 == format!("Stopping container {c}")),
+            "no Killing for {c}: {events:#?}"
+        );
+    }
     assert!(
         m.sh_ok(&format!(
             "ls -A /run/podunit/hooks/{uid} 2>/dev/null || true"

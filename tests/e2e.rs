@@ -487,7 +487,7 @@ spec:
     lifecycle:
       preStop:
         exec:
-          command: ["/bin/sh", "-c", "echo prestop >> /srv/probe/grace/signals"]
+          command: ["/bin/sh", "-c", "echo \"prestop $PROBE_THEN${MAINPID:+ MAINPID}\" >> /srv/probe/grace/signals"]
 "#;
     m.write("/etc/pods.d/grace.yaml", manifest.as_bytes());
     start_pods(&m);
@@ -501,8 +501,8 @@ spec:
     wait_state(&m, &unit, &["inactive", "failed"]);
     assert_eq!(
         p.text("signals").as_deref(),
-        Some("prestop\nterm\n"),
-        "preStop runs first, then SIGTERM"
+        Some("prestop ignore-term\nterm\n"),
+        "preStop runs first, with the container's environment (not systemd's $MAINPID), then SIGTERM"
     );
     assert!(
         m.read(&format!("/proc/{pid}/stat")).is_none(),

@@ -1,5 +1,5 @@
 //! Probes on a real systemd (tests/support/nspawn.rs): readiness drives READY, a failing liveness
-//! probe restarts only its container, exec probes run as the container's user in its mount
+//! probe restarts only its container (its preStop hook first, once), exec probes run as the container's user in its mount
 //! namespace, with its capabilities (a root container's reduced set too), httpGet and tcpSocket
 //! reach a server in the pod. Needs root and systemd-nspawn;
 //! fails (never skips) without them.
@@ -31,6 +31,11 @@ while (my $c = $s->accept) {
 const SIDE_LIVENESS: &str = "id -u > /data/exec-uid; readlink /proc/self/ns/mnt > /data/exec-mnt; \
      echo \"$MARK\" > /data/exec-env; \
      if [ -e /data/kill-side ]; then rm -f /data/kill-side; echo side-is-sick; exit 1; fi";
+
+/// The preStop hook of `side`: marks in the container's record of signals that it ran, and when,
+/// takes 2 s and fails, which must not stop the kill.
+const SIDE_PRE_STOP: &str =
+    "echo prestop >> /data/side/signals; date +%s.%N > /data/prestop-at; sleep 2; exit 3";
 
 fn pod() -> String {
     let indent = |s: &str| {
@@ -81,9 +86,14 @@ spec:
         command: ["/bin/sh", "-c", {side}]
       periodSeconds: 1
       failureThreshold: 1
+    lifecycle:
+      preStop:
+        exec:
+          command: ["/bin/sh", "-c", {pre_stop}]
 "#,
         server = indent(SERVER),
         side = serde_json::to_string(SIDE_LIVENESS).unwrap(),
+        pre_stop = serde_json::to_string(SIDE_PRE_STOP).unwrap(),
     )
 }
 
@@ -200,10 +210,27 @@ fn readiness_liveness_exec_http_and_tcp_probes() {
         "server must not restart"
     );
     assert_eq!(m.prop(&server, "NRestarts"), "0");
+    // As the kubelet's killContainer: the preStop hook ran first, once (systemd's ExecStop= after
+    // the killed process exited did not run it again), SIGTERM came when it ended (it takes 2 s),
+    // within the grace period (5 s), and its failure did not stop the kill.
     assert_eq!(
         m.read_string("/srv/pe/side/signals").as_deref(),
-        Some("term\n"),
-        "killed with SIGTERM first"
+        Some("prestop\nterm\n"),
+        "preStop once, then SIGTERM\n{}",
+        m.sh_ok(&format!(
+            "journalctl -b --no-pager -o cat -u {side} -u podunit-sync.service | tail -40"
+        ))
+    );
+    let time = |f: &str| -> f64 {
+        let t = m.read_string(f).unwrap_or_else(|| panic!("no {f}"));
+        t.trim()
+            .parse()
+            .unwrap_or_else(|e| panic!("{f}: {t:?}: {e}"))
+    };
+    let waited = time("/srv/pe/side/term-at") - time("/srv/pe/prestop-at");
+    assert!(
+        (2.0..5.0).contains(&waited),
+        "SIGTERM {waited:.2} s after the preStop hook started"
     );
     m.wait_for("RESTARTS 1 and 2/2 again", SOON, || {
         (ready_and_restarts(&m) == ("2/2".into(), "1".into())).then_some(())
@@ -214,6 +241,12 @@ fn readiness_liveness_exec_http_and_tcp_probes() {
     let probe_lines: Vec<&str> = log.lines().filter(|l| l.contains(" probe ")).collect();
     assert!(
         log.contains("Container side failed liveness probe, will be restarted"),
+        "{log}"
+    );
+    assert!(
+        log.contains(
+            "container side: FailedPreStopHook: Exec lifecycle hook ([/bin/sh -c echo prestop"
+        ) && log.contains("exited with 3: , message: \"\""),
         "{log}"
     );
     assert!(

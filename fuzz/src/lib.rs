@@ -381,7 +381,7 @@ fn hook_line(unit: &str, key: &str, value: &str, prefix: &str) -> Vec<String> {
 }
 
 /// What a lifecycle handler must run, written out here from the manifest (not by the code under
-/// test): an exec hook's command; `podunit hook ...` for httpGet and sleep.
+/// test): an exec postStart's command; `podunit hook ...` for an exec preStop, httpGet and sleep.
 fn hook_argv(
     c: &k8s_openapi::api::core::v1::Container,
     h: &k8s_openapi::api::core::v1::LifecycleHandler,
@@ -390,12 +390,18 @@ fn hook_argv(
     bin: &str,
 ) -> Option<(&'static str, Vec<String>)> {
     use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-    if let Some(e) = &h.exec {
-        return Some(("", e.command.clone().unwrap_or_default()));
-    }
     let mut argv = vec![bin.to_string(), "hook".into()];
     if pre_stop {
         argv.push("--pre-stop".into());
+    }
+    if let Some(e) = &h.exec {
+        let cmd = e.command.clone().unwrap_or_default();
+        if !pre_stop {
+            return Some(("", cmd));
+        }
+        argv.extend(["exec".into(), "--".into()]);
+        argv.extend(cmd);
+        return Some(("+", argv));
     }
     // Its record, under /run/podunit/hooks/<uid>/, when the uid is fit for a path.
     let fit = |s: &str| {

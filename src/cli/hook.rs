@@ -1,4 +1,5 @@
-//! `podunit hook`: runs an `httpGet` or `sleep` lifecycle hook (see [`crate::probe::hook_run`]).
+//! `podunit hook`: runs an `httpGet` or `sleep` lifecycle hook (see [`crate::probe::hook_run`]),
+//! or an exec preStop inside the container (see [`crate::probe::hook::helper_args`]).
 //! Written into container units as `ExecStartPost=`/`ExecStop=`, never run by people.
 
 use clap::{Args as ClapArgs, Subcommand};
@@ -41,6 +42,11 @@ enum Handler {
         #[arg(long)]
         seconds: u64,
     },
+    /// Becomes COMMAND inside the container of `$MAINPID`, as that process runs.
+    Exec {
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
 }
 
 pub fn run(a: Args) -> ExitCode {
@@ -81,6 +87,8 @@ pub fn run(a: Args) -> ExitCode {
             };
             hook_run::http(&req, &crate::podstart::prepare::node_ip())
         }
+        // No record: systemd's journal entry has its exit.
+        Handler::Exec { command } => return exec(&command),
     };
     let leave = |path: &str, what: &str| {
         if let Err(w) = crate::common::atomicfile::write(Path::new(path), what.as_bytes()) {
@@ -103,6 +111,25 @@ pub fn run(a: Args) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Becomes `command` in the container of the unit's main process (`$MAINPID`, checked by the
+/// caller), so that systemd sees the command's own exit (its journal entry is what a failure's
+/// event is read from). 126 when the container cannot be entered, as stage two exits then.
+fn exec(command: &[String]) -> ExitCode {
+    use crate::probe::{exec, hook_run};
+    use std::os::unix::process::CommandExt;
+    let pid = std::env::var("MAINPID")
+        .ok()
+        .and_then(|p| p.parse::<u32>().ok())
+        .unwrap_or(0);
+    let env = hook_run::container_env(std::env::vars());
+    let e = match exec::stage_two_command(pid, command, env) {
+        Ok(mut c) => c.exec().to_string(),
+        Err(e) => e,
+    };
+    eprintln!("podunit hook: cannot enter the container: {e}");
+    ExitCode::from(exec::ENTER_FAILED)
 }
 
 /// `record` when podunit-sync made the records' directory (see [`crate::probe::hook::RECORDS`]),

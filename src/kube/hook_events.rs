@@ -82,7 +82,7 @@ pub fn parse_journal(text: &str) -> Vec<HookExit> {
 }
 
 /// `15` -> `TERM`.
-fn signal_name(n: i32) -> String {
+pub fn signal_name(n: i32) -> String {
     nix::sys::signal::Signal::try_from(n)
         .map(|s| s.as_str().trim_start_matches("SIG").to_string())
         .unwrap_or_else(|_| n.to_string())
@@ -125,7 +125,8 @@ impl Seen {
 
 /// What one failed hook posts: (type, reason, message), each as the kubelet's. `pod`:
 /// `name_namespace(uid)` (`format.Pod`). `error`: what `podunit hook` left for a failed preStop
-/// httpGet (its error), when it could.
+/// httpGet (its error), when it could. `output`: a failed exec hook's output, when known (the
+/// journal does not keep it).
 pub fn events(
     stage: Stage,
     hook: &Hook,
@@ -133,6 +134,7 @@ pub fn events(
     pod: &str,
     exit: &Exit,
     error: Option<&str>,
+    output: &str,
 ) -> Vec<(&'static str, &'static str, String)> {
     match stage {
         // The kubelet leaves the handler's message out, so that secrets do not leak; then it
@@ -152,7 +154,9 @@ pub fn events(
                         Exit::Status(n) => format!("command '{}' exited with {n}: ", cmd.join(" ")),
                         Exit::Signal(s) => format!("command '{}' killed by SIG{s}", cmd.join(" ")),
                     };
-                    crate::kube::events::message::failed_exec_hook(cmd, container, pod, &error, "")
+                    crate::kube::events::message::failed_exec_hook(
+                        cmd, container, pod, &error, output,
+                    )
                 }
                 Hook::Http(crate::probe::spec::Handler::HttpGet { path, .. }) => {
                     let fallback = match exit {
@@ -240,6 +244,7 @@ not json
             pod,
             &Exit::Status(1),
             None,
+            "",
         );
         assert_eq!(post[0].1, "FailedPostStartHook");
         assert_eq!(post[0].2, "PostStartHook failed");
@@ -257,6 +262,7 @@ not json
             pod,
             &Exit::Status(1),
             Some("Get \"http://10.0.0.1:80/stop\": connect: connection refused"),
+            "",
         );
         assert_eq!(
             pre[0].2,
@@ -269,10 +275,25 @@ not json
             pod,
             &Exit::Status(3),
             None,
+            "",
         );
         assert_eq!(
             exec[0].2,
             "Exec lifecycle hook ([/bin/sh -c exit 3]) for Container \"c\" in Pod \"web_default(u1)\" failed - error: command '/bin/sh -c exit 3' exited with 3: , message: \"\""
+        );
+        let said = events(
+            Stage::PreStop,
+            &Hook::Exec(vec!["false".into()]),
+            "c",
+            pod,
+            &Exit::Status(1),
+            None,
+            "bye\n",
+        );
+        assert!(
+            said[0].2.ends_with("exited with 1: , message: \"bye\\n\""),
+            "{}",
+            said[0].2
         );
         let sleep = events(
             Stage::PreStop,
@@ -281,6 +302,7 @@ not json
             pod,
             &Exit::Signal("TERM".into()),
             None,
+            "",
         );
         assert!(
             sleep[0]

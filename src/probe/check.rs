@@ -193,6 +193,28 @@ pub struct Get<'a> {
     pub headers: &'a [(String, String)],
 }
 
+impl<'a> Get<'a> {
+    /// The request of an `httpGet` handler; `None` for another kind.
+    pub fn of(handler: &'a Handler) -> Option<Get<'a>> {
+        match handler {
+            Handler::HttpGet {
+                https,
+                host,
+                port,
+                path,
+                headers,
+            } => Some(Get {
+                https: *https,
+                host,
+                port: *port,
+                path,
+                headers,
+            }),
+            _ => None,
+        }
+    }
+}
+
 /// The last response of a [`get`]: its status and (the first [`MAX_OUTPUT`] bytes of) its body.
 pub struct Reply {
     pub code: u16,

@@ -60,11 +60,30 @@ pub fn run(
     argv: &[String],
     timeout: Duration,
 ) -> Outcome {
+    match run_raw(client, podunit, unit, argv, timeout) {
+        Ok(Ran { status, output }) => outcome(&status, output, argv),
+        Err(e) => Outcome::Error(e),
+    }
+}
+
+/// What a run in the container left: stage one's line (`exit N`, `signal N`, `timeout`,
+/// `error MESSAGE`, or empty) and the command's output (bounded).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ran {
+    pub status: String,
+    pub output: String,
+}
+
+/// [`run`], with stage one's line as it is (an exec preStop's event needs the exit code).
+pub fn run_raw(
+    client: &crate::systemd::Client,
+    podunit: &str,
+    unit: &str,
+    argv: &[String],
+    timeout: Duration,
+) -> Result<Ran, String> {
     let pair = || UnixStream::pair().map_err(|e| e.to_string());
-    let ((out_ours, out_theirs), (st_ours, st_theirs)) = match (pair(), pair()) {
-        (Ok(a), Ok(b)) => (a, b),
-        (Err(e), _) | (_, Err(e)) => return Outcome::Error(e),
-    };
+    let ((out_ours, out_theirs), (st_ours, st_theirs)) = (pair()?, pair()?);
     let secs = timeout.as_secs().max(1).to_string();
     let mut cmd: Vec<String> = [
         podunit,
@@ -83,14 +102,14 @@ pub fn run(
         std::process::id(),
         SEQ.fetch_add(1, Ordering::Relaxed)
     );
-    if let Err(e) = client.run_transient_with_stdio(
-        &name,
-        &format!("Exec probe in {unit}"),
-        &cmd,
-        [st_theirs.as_fd(), out_theirs.as_fd(), out_theirs.as_fd()],
-    ) {
-        return Outcome::Error(e.to_string());
-    }
+    client
+        .run_transient_with_stdio(
+            &name,
+            &format!("Exec probe in {unit}"),
+            &cmd,
+            [st_theirs.as_fd(), out_theirs.as_fd(), out_theirs.as_fd()],
+        )
+        .map_err(|e| e.to_string())?;
     drop((out_theirs, st_theirs));
     let deadline = Instant::now() + timeout + SLACK;
     let output = read_bounded(out_ours, deadline);
@@ -98,7 +117,7 @@ pub fn run(
     let left = deadline.saturating_duration_since(Instant::now());
     let _ = st_ours.set_read_timeout(Some(left.max(Duration::from_millis(1))));
     let _ = (&st_ours).take(4096).read_to_string(&mut status);
-    outcome(&status, output, argv)
+    Ok(Ran { status, output })
 }
 
 /// Reads up to [`MAX_OUTPUT`] bytes until EOF or `deadline`; the rest is read and dropped, so
@@ -127,26 +146,43 @@ fn report(line: &str) {
     let _ = nix::unistd::write(std::io::stdin().as_fd(), format!("{line}\n").as_bytes());
 }
 
+/// Stage two for `argv` in the container of `unit`, with the container's environment (from the
+/// unit's properties), ready to spawn.
+fn enter_command(unit: &str, argv: &[String]) -> Result<Command, String> {
+    let client = crate::systemd::Client::system().map_err(|e| e.to_string())?;
+    let crate::systemd::ExecContext { pid, env, files } = client
+        .service_exec_context(unit)
+        .map_err(|e| e.to_string())?;
+    if pid == 0 {
+        return Err(super::enter::Error::NotRunning.to_string());
+    }
+    let env = super::enter::environment(&env, &files, &|p| std::fs::read_to_string(p))
+        .map_err(|e| e.to_string())?;
+    stage_two_command(pid, argv, env)
+}
+
+/// Stage two: enters the container of process `pid` and becomes `argv` with `env`. Also what
+/// `podunit hook exec` (an exec preStop) becomes.
+pub fn stage_two_command(
+    pid: u32,
+    argv: &[String],
+    env: Vec<(String, String)>,
+) -> Result<Command, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let mut cmd = Command::new(exe);
+    cmd.args(["probe-exec", "--enter", &pid.to_string(), "--"])
+        .args(argv)
+        .env_clear()
+        .envs(env)
+        .stdin(Stdio::null());
+    Ok(cmd)
+}
+
 /// Stage one, in the transient unit: finds the container's main process and environment, runs
 /// stage two with them, kills it (and its process group) at the timeout.
 pub fn stage_one(unit: &str, timeout: Duration, argv: &[String]) -> ExitCode {
     let r = (|| -> Result<String, String> {
-        let client = crate::systemd::Client::system().map_err(|e| e.to_string())?;
-        let crate::systemd::ExecContext { pid, env, files } = client
-            .service_exec_context(unit)
-            .map_err(|e| e.to_string())?;
-        if pid == 0 {
-            return Err(super::enter::Error::NotRunning.to_string());
-        }
-        let env = super::enter::environment(&env, &files, &|p| std::fs::read_to_string(p))
-            .map_err(|e| e.to_string())?;
-        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-        let mut child = Command::new(exe)
-            .args(["probe-exec", "--enter", &pid.to_string(), "--"])
-            .args(argv)
-            .env_clear()
-            .envs(env)
-            .stdin(Stdio::null())
+        let mut child = enter_command(unit, argv)?
             .process_group(0)
             .spawn()
             .map_err(|e| e.to_string())?;

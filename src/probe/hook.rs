@@ -7,6 +7,7 @@
 
 use super::spec::{self, Handler, Problem, problem};
 use k8s_openapi::api::core::v1 as core;
+use serde::{Deserialize, Serialize};
 
 /// Where a hook runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,8 +28,10 @@ impl Stage {
     }
 }
 
-/// One hook, as it is run.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One hook, as it is run (and as the plan carries a probed container's preStop, which
+/// podunit-sync runs before a liveness or startup kill).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub enum Hook {
     /// The command, as written (no `$(VAR)` expansion, as the kubelet).
     Exec(Vec<String>),
@@ -99,14 +102,28 @@ pub fn hook(ctr: &core::Container, h: &core::LifecycleHandler) -> Option<Hook> {
     h.sleep.as_ref().map(|s| Hook::Sleep(s.seconds))
 }
 
-/// The arguments of `podunit hook` (after the program) for an `httpGet` or `sleep` hook;
-/// `None` for an exec hook. `record`: where the run leaves what podunit-sync reports of it
-/// ([`record_path`]). Every value from the manifest is one `--name=value` word, so none can pass
-/// for an option.
+/// The arguments of `podunit hook` (after the program) for a hook; `None` for an exec postStart, which is the unit's own command. `record`: where the run leaves
+/// what podunit-sync reports of it ([`record_path`]). Every value from the manifest is one
+/// `--name=value` word, or follows `--`, so none can pass for an option.
+///
+/// An exec preStop goes through `podunit hook` too: systemd runs `ExecStop=` after the main
+/// process exited on its own as well, and only `podunit hook` can tell (`$MAINPID`) and skip it,
+/// as the kubelet runs preStop only when it kills a container, and once per kill.
 pub fn helper_args(hook: &Hook, stage: Stage, record: Option<&str>) -> Option<Vec<String>> {
     let mut a = vec!["hook".to_string()];
     if stage == Stage::PreStop {
         a.push("--pre-stop".into());
+    }
+    match hook {
+        Hook::Exec(_) if stage == Stage::PostStart => return None,
+        Hook::Exec(cmd) => {
+            // Its failure is systemd's journal entry for the command: no record.
+            a.push("exec".into());
+            a.push("--".into());
+            a.extend(cmd.iter().cloned());
+            return Some(a);
+        }
+        _ => {}
     }
     if let Some(r) = record {
         a.push(format!("--record={r}"));
@@ -265,9 +282,11 @@ mod tests {
                 "--seconds=5"
             ]
         );
+        let exec = Hook::Exec(vec!["--x".into(), "y".into()]);
+        assert_eq!(helper_args(&exec, Stage::PostStart, None), None);
         assert_eq!(
-            helper_args(&Hook::Exec(vec!["x".into()]), Stage::PostStart, None),
-            None
+            helper_args(&exec, Stage::PreStop, Some("/r")).unwrap(),
+            ["hook", "--pre-stop", "exec", "--", "--x", "y"]
         );
         assert_eq!(record_path("../x", "web", Stage::PreStop), None);
         assert_eq!(record_path("", "web", Stage::PreStop), None);

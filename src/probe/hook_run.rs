@@ -104,6 +104,38 @@ pub fn main_process_running(mainpid: Option<&str>) -> bool {
     mainpid.is_some_and(|p| p.parse::<u32>().is_ok_and(|p| p > 0))
 }
 
+/// What systemd sets for a control process (an `ExecStop=` command) or for every process of a
+/// unit, and not from the unit's `Environment=`/`EnvironmentFile=`: left out of the environment
+/// an exec preStop gets, which is then the container's, as an exec probe's
+/// ([`super::enter::environment`]).
+const SYSTEMD_VARS: [&str; 16] = [
+    "MAINPID",
+    "SERVICE_RESULT",
+    "EXIT_CODE",
+    "EXIT_STATUS",
+    "INVOCATION_ID",
+    "JOURNAL_STREAM",
+    "SYSTEMD_EXEC_PID",
+    "MANAGERPID",
+    "NOTIFY_SOCKET",
+    "WATCHDOG_PID",
+    "WATCHDOG_USEC",
+    "LISTEN_PID",
+    "LISTEN_FDS",
+    "LISTEN_FDNAMES",
+    "MEMORY_PRESSURE_WATCH",
+    "MEMORY_PRESSURE_WRITE",
+];
+
+/// The container's environment for an exec preStop, from `podunit hook`'s own: systemd gives an
+/// `ExecStop=` command the unit's `Environment=` and `EnvironmentFile=`s as it gave the main
+/// process, plus variables of its own, which are dropped. (Read without D-Bus: at shutdown the
+/// bus may already be gone.)
+pub fn container_env(own: impl Iterator<Item = (String, String)>) -> Vec<(String, String)> {
+    own.filter(|(k, _)| !SYSTEMD_VARS.contains(&k.as_str()) && !k.starts_with("MONITOR_"))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -265,6 +297,22 @@ mod tests {
         });
         assert_eq!(https_get(port, &[]), Ok(Answer::Direct));
         assert!(t.join().unwrap().starts_with("get /stop http/1.1\r\n"));
+    }
+
+    #[test]
+    fn an_exec_pre_stop_gets_the_containers_environment() {
+        let own = [
+            ("PATH", "/usr/bin"),
+            ("MAINPID", "42"),
+            ("EXIT_STATUS", "0"),
+            ("MARK", "from-the-manifest"),
+            ("INVOCATION_ID", "x"),
+            ("MONITOR_UNIT", "y"),
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string()));
+        let got = container_env(own.into_iter());
+        let names: Vec<&str> = got.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(names, ["PATH", "MARK"]);
     }
 
     #[test]

@@ -4,11 +4,13 @@
 //! - [`state`]: the kubelet's probe worker as a pure state machine;
 //! - [`hook`]: lifecycle hooks (`postStart`, `preStop`) as the plan carries them (pure);
 //!   [`hook_run`] runs the `httpGet` and `sleep` ones (`podunit hook`);
+//! - [`kill`]: the timing of a liveness or startup kill, preStop first (pure);
 //! - [`results`]: what is published (`ready`, `started`) and how status reads it;
 //! - [`check`], [`grpc`], [`exec`], [`enter`], [`capabilities`], [`runner`]: running probes, in
-//!   podunit-sync.
+//!   podunit-sync; [`pre_stop`]: the preStop hook it runs before such a kill.
 
 pub mod hook;
+pub mod kill;
 pub mod spec;
 pub mod state;
 
@@ -24,6 +26,8 @@ pub mod exec;
 pub mod grpc;
 #[cfg(feature = "cli")]
 pub mod hook_run;
+#[cfg(feature = "cli")]
+pub mod pre_stop;
 #[cfg(feature = "cli")]
 pub mod results;
 #[cfg(feature = "cli")]

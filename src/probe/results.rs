@@ -131,6 +131,7 @@ mod tests {
             startup: startup.then(|| p.clone()),
             readiness: readiness.then(|| p.clone()),
             liveness: None,
+            pre_stop: None,
         }
     }
 

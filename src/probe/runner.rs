@@ -1,12 +1,15 @@
 //! The probe runner of podunit-sync (local and cluster mode alike): one thread that knows every
 //! probed container and when its probes are due, starts each due probe on a short-lived thread
 //! of its own (at most one at a time per probe, as the kubelet's workers do), counts results with
-//! [`super::state`], kills containers whose liveness or startup probe failed, and publishes
-//! `ready`/`started` ([`super::results`]).
+//! [`super::state`], kills containers whose liveness or startup probe failed (their preStop hook
+//! first, [`super::pre_stop`], timed by [`super::kill`]), and publishes `ready`/`started`
+//! ([`super::results`]).
 //!
 //! It learns what runs from systemd's signals (a unit's properties changed: look it up again)
 //! and what is probed from the plans the generator wrote (after every daemon-reload).
 
+use super::kill;
+use super::pre_stop::{self, Failed};
 use super::results::{ContainerResult, RESULTS_FILE, Results};
 use super::spec::{ContainerProbes, Kind, Probe};
 use super::state::{Container, Millis, Outcome, Step};
@@ -51,19 +54,40 @@ enum Msg {
         kind: Kind,
         outcome: Outcome,
     },
+    PreStopDone {
+        unit: String,
+        run: u64,
+        result: Result<Option<String>, Failed>,
+    },
     Closed,
+}
+
+/// Where a liveness or startup kill of a run is. Its probes are held meanwhile.
+enum Stop {
+    /// The preStop hook runs since `since`; SIGTERM when it ends, or at `until` (the end of the
+    /// grace period) if it is still running then.
+    Hook {
+        since: Instant,
+        until: Instant,
+        grace_s: u64,
+    },
+    /// SIGTERM sent: SIGKILL at `kill_at` if the same run still lives.
+    Term { kill_at: Instant },
+    /// SIGKILL sent.
+    Killed,
 }
 
 struct Run {
     started_us: u64,
     main_pid: u32,
     probing: Container,
-    /// SIGKILL the container at this time if the same run still lives.
-    kill_at: Option<Instant>,
+    stop: Option<Stop>,
 }
 
 struct Tracked {
     pod: PodKey,
+    /// The pod's uid, for the kubelet's messages.
+    uid: String,
     container: String,
     probes: ContainerProbes,
     /// The pod's grace period (`TimeoutStopSec=`).
@@ -184,6 +208,7 @@ impl Runner {
                     kind,
                     outcome,
                 }) => self.done(unit, run, kind, outcome),
+                Ok(Msg::PreStopDone { unit, run, result }) => self.pre_stop_done(unit, run, result),
                 Ok(Msg::Closed) => {
                     return log("probes stopped: lost the connection to systemd");
                 }
@@ -206,7 +231,11 @@ impl Runner {
         let kills = self
             .units
             .values()
-            .filter_map(|t| t.run.as_ref()?.kill_at)
+            .filter_map(|t| match t.run.as_ref()?.stop.as_ref()? {
+                Stop::Hook { until, .. } => Some(*until),
+                Stop::Term { kill_at } => Some(*kill_at),
+                Stop::Killed => None,
+            })
             .min();
         probes.into_iter().chain(kills).min()
     }
@@ -232,6 +261,7 @@ impl Runner {
                     .filter(|t| t.probes == probes && t.pod == pod.key);
                 let t = kept.unwrap_or_else(|| Tracked {
                     pod: pod.key.clone(),
+                    uid: pod.uid.clone().unwrap_or_default(),
                     container: c.name.clone(),
                     probes,
                     pod_grace_s: c.stop_timeout_s,
@@ -276,7 +306,7 @@ impl Runner {
                 started_us: st.exec_main_start_us,
                 main_pid: st.main_pid,
                 probing: Container::new(&t.probes, started, now, jitter),
-                kill_at: None,
+                stop: None,
             });
         } else if !running && t.run.is_some() {
             t.run = None;
@@ -331,7 +361,7 @@ impl Runner {
             let Some(r) = t.run.as_mut() else {
                 continue;
             };
-            if r.kill_at.is_some() {
+            if r.stop.is_some() {
                 continue;
             }
             for (kind, probe) in r.probing.take_due(now) {
@@ -399,18 +429,30 @@ impl Runner {
         }
     }
 
-    /// The kubelet's kill after a failed liveness or startup probe: SIGTERM to the main process,
-    /// SIGKILL to all after the grace period (the probe's own, else the pod's); `Restart=`
-    /// decides whether it comes back, and systemd counts the restart.
+    /// The kubelet's kill after a failed liveness or startup probe (`killContainer`): the
+    /// `Killing` event, the preStop hook (on a thread of its own; SIGTERM when it ends, or at the
+    /// end of the grace period), SIGTERM to the main process, SIGKILL to all after what is left
+    /// of the grace period (the probe's own, else the pod's; [`kill`]). `Restart=` decides
+    /// whether it comes back, and systemd counts the restart.
     fn kill(&mut self, unit: &str, kind: Kind, which: &str) {
         let Some(t) = self.units.get_mut(unit) else {
             return;
         };
-        let Some(r) = t.run.as_mut() else {
+        // One kill per run: a second probe failing meanwhile adds nothing.
+        let Some(r) = t.run.as_mut().filter(|r| r.stop.is_none()) else {
             return;
         };
-        let grace = r.probing.kill_grace(kind).or(t.pod_grace_s).unwrap_or(30);
-        r.kill_at = Some(Instant::now() + Duration::from_secs(grace));
+        let grace = kill::grace(r.probing.kill_grace(kind), t.pod_grace_s);
+        let hook = t.probes.pre_stop.clone().filter(|_| kill::runs_hook(grace));
+        let now = Instant::now();
+        if hook.is_some() {
+            r.stop = Some(Stop::Hook {
+                since: now,
+                until: now + Duration::from_secs(grace),
+                grace_s: grace,
+            });
+        }
+        let run = r.started_us;
         let restarts = t.restart != "no";
         let message = format!(
             "Container {} failed {which} probe{}",
@@ -421,6 +463,91 @@ impl Runner {
         let (pod, container) = (t.pod.clone(), t.container.clone());
         self.sink
             .event(&pod, &container, "Normal", "Killing", &message);
+        match hook {
+            Some(h) => self.spawn_pre_stop(unit, run, h, grace),
+            None => self.term(unit, kill::after_hook(grace, None)),
+        }
+    }
+
+    /// Runs the preStop hook of `unit`'s run `run` on a thread; its end comes back as a message.
+    fn spawn_pre_stop(&mut self, unit: &str, run: u64, hook: super::hook::Hook, grace_s: u64) {
+        let (client, tx) = (self.client.clone(), self.tx.clone());
+        let (podunit, pod_ip, u) = (self.podunit.clone(), self.pod_ip.clone(), unit.to_string());
+        let spawned = std::thread::Builder::new()
+            .name("prestop".into())
+            .stack_size(256 * 1024)
+            .spawn(move || {
+                let target = pre_stop::Target {
+                    client: &client,
+                    podunit: &podunit,
+                    unit: &u,
+                    pod_ip: &pod_ip,
+                };
+                let result = pre_stop::run(&hook, &target, Duration::from_secs(grace_s));
+                let _ = tx.send(Msg::PreStopDone {
+                    unit: u,
+                    run,
+                    result,
+                });
+            });
+        if let Err(e) = spawned {
+            log(&format!(
+                "probes: cannot run the preStop hook of {unit}: {e}"
+            ));
+            self.term(unit, kill::after_hook(grace_s, None));
+        }
+    }
+
+    /// A preStop hook ended: a failure is a journal line and `FailedPreStopHook`, and the kill
+    /// goes on (unless the grace period already ran out and it went on without the hook).
+    fn pre_stop_done(&mut self, unit: String, run: u64, result: Result<Option<String>, Failed>) {
+        let Some(t) = self.units.get(&unit) else {
+            return;
+        };
+        let (pod, container) = (t.pod.clone(), t.container.clone());
+        match (&result, &t.probes.pre_stop) {
+            (Err(f), Some(hook)) => {
+                let pod_ref =
+                    crate::kube::events::message::pod_ref(&pod.name, &pod.namespace, &t.uid);
+                let events = crate::kube::hook_events::events(
+                    super::hook::Stage::PreStop,
+                    hook,
+                    &container,
+                    &pod_ref,
+                    &f.exit,
+                    f.error.as_deref(),
+                    &f.output,
+                );
+                for (ty, reason, message) in events {
+                    log(&format!(
+                        "pod {pod} container {container}: {reason}: {message}"
+                    ));
+                    self.sink.event(&pod, &container, ty, reason, &message);
+                }
+            }
+            (Ok(Some(note)), _) => log(&format!("pod {pod} container {container}: {note}")),
+            _ => {}
+        }
+        let hook_since = self.units.get(&unit).and_then(|t| {
+            let r = t.run.as_ref().filter(|r| r.started_us == run)?;
+            match r.stop {
+                Some(Stop::Hook { since, grace_s, .. }) => Some((since, grace_s)),
+                _ => None,
+            }
+        });
+        if let Some((since, grace_s)) = hook_since {
+            self.term(&unit, kill::after_hook(grace_s, Some(since.elapsed())));
+        }
+    }
+
+    /// SIGTERM to the main process; SIGKILL to all after `grace_s`.
+    fn term(&mut self, unit: &str, grace_s: u64) {
+        let Some(r) = self.units.get_mut(unit).and_then(|t| t.run.as_mut()) else {
+            return;
+        };
+        r.stop = Some(Stop::Term {
+            kill_at: Instant::now() + Duration::from_secs(grace_s),
+        });
         if let Err(e) = self.client.kill_who(unit, "main", 15) {
             log(&format!("probes: {e}"));
         }
@@ -428,16 +555,32 @@ impl Runner {
 
     fn enforce_kills(&mut self) {
         let now = Instant::now();
-        let mut due = Vec::new();
+        let (mut term, mut kill) = (Vec::new(), Vec::new());
         for (unit, t) in &mut self.units {
-            if let Some(r) = t.run.as_mut()
-                && r.kill_at.is_some_and(|at| at <= now)
-            {
-                r.kill_at = None;
-                due.push(unit.clone());
+            let Some(r) = t.run.as_mut() else {
+                continue;
+            };
+            match r.stop {
+                Some(Stop::Hook { until, grace_s, .. }) if until <= now => {
+                    term.push((unit.clone(), grace_s));
+                }
+                Some(Stop::Term { kill_at }) if kill_at <= now => {
+                    r.stop = Some(Stop::Killed);
+                    kill.push(unit.clone());
+                }
+                _ => {}
             }
         }
-        for unit in due {
+        for (unit, grace_s) in term {
+            log(&format!(
+                "{unit}: the preStop hook outlasted the grace period, SIGTERM"
+            ));
+            self.term(
+                &unit,
+                kill::after_hook(grace_s, Some(Duration::from_secs(grace_s))),
+            );
+        }
+        for unit in kill {
             log(&format!("{unit}: grace period over, SIGKILL"));
             if let Err(e) = self.client.kill_who(&unit, "all", 9) {
                 log(&format!("probes: {e}"));

@@ -88,6 +88,9 @@ pub struct ContainerProbes {
     pub readiness: Option<Probe>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub liveness: Option<Probe>,
+    /// The container's preStop hook, which a liveness or startup kill runs first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pre_stop: Option<super::hook::Hook>,
 }
 
 impl ContainerProbes {
@@ -370,6 +373,11 @@ pub fn container_probes(ctr: &core::Container) -> Option<ContainerProbes> {
         startup: get(Kind::Startup),
         readiness: get(Kind::Readiness),
         liveness: get(Kind::Liveness),
+        pre_stop: ctr
+            .lifecycle
+            .as_ref()
+            .and_then(|l| l.pre_stop.as_ref())
+            .and_then(|h| super::hook::hook(ctr, h)),
     };
     (!cp.is_empty()).then_some(cp)
 }

@@ -265,6 +265,7 @@ mod tests {
             startup,
             readiness,
             liveness,
+            pre_stop: None,
         }
     }
 

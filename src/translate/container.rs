@@ -361,11 +361,11 @@ fn one(
             let record = hook::record_path(&ctx.plan.uid, &c.name, stage);
             match (&h, hook::helper_args(&h, stage, record.as_deref())) {
                 // The kubelet runs hook commands as written: no $(VAR) expansion.
-                (Hook::Exec(cmd), _) => {
+                (Hook::Exec(cmd), None) => {
                     svc.add(key, Value::Exec(cmd.iter().map(Arg::text).collect()));
                 }
                 // `+`: podunit is not in the container's root; the request goes out from the
-                // host's network, as the kubelet's does.
+                // host's network, as the kubelet's does; an exec preStop enters the container.
                 (_, Some(args)) => {
                     let argv = std::iter::once(ctx.node.podunit_bin.as_str())
                         .chain(args.iter().map(String::as_str))

@@ -13,7 +13,7 @@
 #   starts    one line appended per start (so restarts can be counted)
 # Then, by $PROBE_THEN: "sleep" (default: run until stopped), "exit:N" (exit with status N),
 # "ignore-term" (ignore SIGTERM, run until SIGKILLed; records "term" in signals first),
-# "term-log" (on SIGTERM append "term" to signals and exit 0).
+# "term-log" (on SIGTERM append "term" to signals, the time to term-at, and exit 0).
 set -u
 : "${PROBE:?PROBE must name the probe}"
 dir=${PROBE_DIR:-/srv/probe}/$PROBE
@@ -57,7 +57,7 @@ case "${PROBE_THEN:-sleep}" in
         trap 'echo term >> "$dir/signals"' TERM
         while :; do sleep 1; done ;;
     term-log)
-        trap 'echo term >> "$dir/signals"; exit 0' TERM
+        trap 'echo term >> "$dir/signals"; date +%s.%N >> "$dir/term-at"; exit 0' TERM
         while :; do sleep 1; done ;;
     *)
         echo "probe: unknown PROBE_THEN=$PROBE_THEN" >&2

@@ -131,6 +131,7 @@ impl Worker {
                 &pod_ref,
                 &x.exit,
                 error.as_deref(),
+                "",
             ) {
                 posts.push((obj.clone(), e));
             }
