@@ -20,6 +20,8 @@ pub mod auth;
 #[cfg(feature = "cli")]
 pub mod certificate;
 #[cfg(feature = "cli")]
+pub mod netns_dial;
+#[cfg(feature = "cli")]
 pub mod nodelogs;
 #[cfg(feature = "cli")]
 pub mod portforward;
