@@ -668,9 +668,15 @@ fn through(m: &Machine, local: u16, line: &str) -> std::io::Result<String> {
 
 /// `kubectl port-forward pod/pong 18089:8089 18090:8090` (see [`pong_pod`]): three connections
 /// through the one session come back byte for byte (one of 110 KB each way), and 18090, where
-/// nothing listens, gives kubectl's error with the node's connection-refused reason. Returns the
-/// running kubectl; a failure shows kubectl's errors and `diagnostics()`.
-fn forward_pong(m: &Machine, cp: &ControlPlane, diagnostics: &dyn Fn() -> String) -> Child {
+/// nothing listens, gives kubectl's error with the node's connection-refused reason (after which
+/// kubectl ends the session); `between` runs before that. Returns kubectl; a failure shows
+/// kubectl's errors and `diagnostics()`.
+fn forward_pong(
+    m: &Machine,
+    cp: &ControlPlane,
+    diagnostics: &dyn Fn() -> String,
+    between: &dyn Fn(),
+) -> Child {
     let mut pf = cp
         .kubectl()
         .args(["port-forward", "pod/pong", "18089:8089", "18090:8090"])
@@ -702,6 +708,7 @@ fn forward_pong(m: &Machine, cp: &ControlPlane, diagnostics: &dyn Fn() -> String
     fetch("hello");
     fetch(&(0..20000).map(|i| format!("{i},")).collect::<String>());
     fetch("again");
+    between();
     // A port nothing listens on: the node's reason, as kubectl prints it.
     let refused = through(m, 18090, "hi");
     assert!(
@@ -746,7 +753,7 @@ fn port_forward_and_attach_through_a_real_apiserver() {
         .then_some(())
     });
     // port-forward: one session, a connection per fetch, the bytes both ways whole.
-    let mut pf = forward_pong(&m, &cp, &String::new);
+    let mut pf = forward_pong(&m, &cp, &String::new, &|| {});
     let _ = pf.kill();
     let _ = pf.wait();
 

@@ -48,13 +48,15 @@ fn port_forward_reaches_a_pod_in_its_own_network_namespace() {
             .escape_ascii()
             .to_string()
     };
-    let mut pf = forward_pong(&m, &cp, &diagnostics);
-    let running = dialers(&m);
-    assert_eq!(
-        running.lines().count(),
-        1,
-        "one dialer per session:\n{running}"
-    );
+    let one_dialer = || {
+        let running = dialers(&m);
+        assert_eq!(
+            running.lines().count(),
+            1,
+            "one dialer per session:\n{running}"
+        );
+    };
+    let mut pf = forward_pong(&m, &cp, &diagnostics, &one_dialer);
     // The session over, its dialer goes.
     let _ = pf.kill();
     let _ = pf.wait();
