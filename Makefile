@@ -3,7 +3,7 @@ CARGO ?= cargo
 PREFIX ?= /usr
 DESTDIR ?=
 
-.PHONY: all build release test test-unit test-e2e rootfs controlplane lint fmt bench bench-generator bench-reload bench-cluster bench-images bench-probes demo deb rpm install uninstall fuzz fake-apiserver
+.PHONY: all build release test test-unit test-e2e rootfs controlplane lint fmt bench bench-generator bench-reload bench-cluster bench-images bench-probes bench-kubelet demo deb rpm install uninstall fuzz fake-apiserver
 
 all: build
 
@@ -19,7 +19,7 @@ release:
 # The suites with `test = false` (run by test-e2e, test-packaging and bench) are not among
 # --all-targets: clippy checks them by name.
 MANUAL_SUITES := --test e2e --test images_e2e --test sync_e2e --test sandbox_e2e --test cluster_e2e --test probes_e2e \
-	--test apiserver_e2e --test kubelet_api_e2e --test packaging --test packaging_e2e --test bench_reload --test bench_cluster --test bench_images --test bench_probes
+	--test apiserver_e2e --test kubelet_api_e2e --test packaging --test packaging_e2e --test bench_reload --test bench_cluster --test bench_images --test bench_probes --test bench_kubelet
 
 lint:
 	$(CARGO) fmt --all -- --check
@@ -110,7 +110,7 @@ uninstall:
 	DESTDIR="$(DESTDIR)" PREFIX="$(PREFIX)" packaging/install.sh uninstall
 
 # Benchmarks (never timed tests). Reload-to-running on a real systemd: needs root and systemd-nspawn.
-bench: bench-generator bench-reload bench-cluster bench-images bench-probes
+bench: bench-generator bench-reload bench-cluster bench-images bench-probes bench-kubelet
 
 # The release generator as a process on 1 to 10000 pods: wall time and peak RSS (docs/benchmarks.md).
 # BENCH_RUNS=N changes the runs per size.
@@ -131,6 +131,12 @@ bench-cluster: rootfs
 # over BENCH_IDLE_SECS (default 60), next to the same pods without probes.
 bench-probes: rootfs
 	$(CARGO) test --release --test bench_probes
+
+# The kubelet API against the real kube-apiserver: podunit-sync's memory with the server off, on
+# and after requests; /containerLogs throughput, plain and follow, against journalctl
+# (BENCH_LOG_LINES, default 200000). Needs the control plane (make controlplane).
+bench-kubelet: rootfs controlplane
+	$(CARGO) test --release --test bench_kubelet
 
 # Pulling a ~100 MB image against skopeo copy, unpacking it against tar -xf, and daemon-reload to
 # running for pods whose image is in the store against the same pods with `image: host` (nspawn).

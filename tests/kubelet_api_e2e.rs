@@ -7,8 +7,12 @@
 mod support;
 
 // Further cases, one file each.
+#[path = "kubelet_api/exec_resize.rs"]
+mod exec_resize;
 #[path = "kubelet_api/node_logs.rs"]
 mod node_logs;
+#[path = "kubelet_api/private_network.rs"]
+mod private_network;
 #[path = "kubelet_api/serving_cert.rs"]
 mod serving_cert;
 #[path = "kubelet_api/websocket.rs"]
@@ -16,7 +20,7 @@ mod websocket;
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -684,6 +688,66 @@ fn through(m: &Machine, local: u16, line: &str) -> std::io::Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// `kubectl port-forward pod/pong 18089:8089 18090:8090` (see [`pong_pod`]): three connections
+/// through the one session come back byte for byte (one of 110 KB each way), and 18090, where
+/// nothing listens, gives kubectl's error with the node's connection-refused reason (after which
+/// kubectl ends the session); `between` runs before that. Returns kubectl; a failure shows
+/// kubectl's errors and `diagnostics()`.
+fn forward_pong(
+    m: &Machine,
+    cp: &ControlPlane,
+    diagnostics: &dyn Fn() -> String,
+    between: &dyn Fn(),
+) -> Child {
+    let mut pf = cp
+        .kubectl()
+        .args(["port-forward", "pod/pong", "18089:8089", "18090:8090"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = lines_of(pf.stdout.take().unwrap());
+    let err = lines_of(pf.stderr.take().unwrap());
+    let failed = |e: String| -> ! {
+        std::thread::sleep(Duration::from_secs(1));
+        let rest: Vec<String> = err.try_iter().collect();
+        panic!(
+            "{e}\nkubectl port-forward: {}\n{}",
+            rest.join("\n"),
+            diagnostics()
+        )
+    };
+    if let Err(e) = next_line(&out, "Forwarding from 127.0.0.1:18090") {
+        failed(e);
+    }
+    let fetch = |line: &str| {
+        let got = through(m, 18089, line).unwrap_or_else(|e| failed(e.to_string()));
+        if got != format!("pong:{line}\n") {
+            failed(format!("sent {} bytes, got back {got:?}", line.len()));
+        }
+    };
+    fetch("hello");
+    fetch(&(0..20000).map(|i| format!("{i},")).collect::<String>());
+    fetch("again");
+    between();
+    // A port nothing listens on: the node's reason, as kubectl prints it.
+    let refused = through(m, 18090, "hi");
+    assert!(
+        matches!(&refused, Ok(s) if s.is_empty()) || refused.is_err(),
+        "{refused:?}"
+    );
+    let line =
+        next_line(&err, "an error occurred forwarding 18090 -> 8090").unwrap_or_else(|e| failed(e));
+    assert!(
+        line.contains("error forwarding port 8090 to pod default/pong, uid ")
+            && line.contains("failed to connect to localhost:8090 in the pod's network")
+            && line.contains("onnection refused"),
+        "{line}"
+    );
+    pf
+}
+
 #[test]
 fn port_forward_and_attach_through_a_real_apiserver() {
     let m = Machine::boot("kubelet-pfwd");
@@ -711,41 +775,7 @@ fn port_forward_and_attach_through_a_real_apiserver() {
         .then_some(())
     });
     // port-forward: one session, a connection per fetch, the bytes both ways whole.
-    let mut pf = cp
-        .kubectl()
-        .args(["port-forward", "pod/pong", "18089:8089", "18090:8090"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let out = lines_of(pf.stdout.take().unwrap());
-    let err = lines_of(pf.stderr.take().unwrap());
-    let failed = |e: String| -> ! {
-        std::thread::sleep(Duration::from_secs(1));
-        let rest: Vec<String> = err.try_iter().collect();
-        panic!("{e}\nkubectl port-forward: {}", rest.join("\n"))
-    };
-    if let Err(e) = next_line(&out, "Forwarding from 127.0.0.1:18090") {
-        failed(e);
-    }
-    let fetch = |line: &str| through(&m, 18089, line).unwrap_or_else(|e| failed(e.to_string()));
-    assert_eq!(fetch("hello"), "pong:hello\n");
-    let big: String = (0..20000).map(|i| format!("{i},")).collect();
-    assert_eq!(fetch(&big), format!("pong:{big}\n"));
-    assert_eq!(fetch("again"), "pong:again\n");
-    // A port nothing listens on: the node's reason, as kubectl prints it.
-    let refused = through(&m, 18090, "hi");
-    assert!(
-        matches!(&refused, Ok(s) if s.is_empty()) || refused.is_err(),
-        "{refused:?}"
-    );
-    let line = wait_line(&err, "an error occurred forwarding 18090 -> 8090");
-    assert!(
-        line.contains("error forwarding port 8090 to pod default/pong")
-            && line.contains("onnection refused"),
-        "{line}"
-    );
+    let mut pf = forward_pong(&m, &cp, &String::new, &|| {});
     let _ = pf.kill();
     let _ = pf.wait();
 

@@ -1,7 +1,7 @@
 //! `podunit exec POD [-c CONTAINER] [-i] [-t] -- COMMAND...`: runs a command inside a running
 //! container as `kubectl exec` does, through [`crate::exec`] (the path exec probes take), with
 //! this terminal's streams (or, with `-t`, a new terminal of the command's own, this one in raw
-//! mode meanwhile); exits with the command's exit code.
+//! mode meanwhile, resized with it); exits with the command's exit code.
 
 use crate::common::paths::Paths;
 use crate::exec::{self, Exit, Stdio};
@@ -43,6 +43,13 @@ pub struct StageArgs {
 }
 
 pub fn run(args: Args) -> ExitCode {
+    // Before the bus connection starts its threads: see `block_resize_signal`.
+    if args.tty
+        && let Err(e) = exec::pty::block_resize_signal()
+    {
+        errln!("podunit exec: blocking SIGWINCH: {e}");
+        return ExitCode::FAILURE;
+    }
     match run_inner(&args) {
         Ok(Exit::Code(c)) => ExitCode::from(u8::try_from(c).unwrap_or(1)),
         Ok(Exit::Signal(s)) => ExitCode::from(u8::try_from(128 + s).unwrap_or(1)),
@@ -108,6 +115,9 @@ fn with_terminal(
     drop(sub);
     let session = exec::start(client, &exec::cli_binary(), target, &args.command, stdio)
         .map_err(|e| e.to_string())?;
+    // This terminal resized: so is the command's.
+    let watched = dup(&master)?;
+    std::thread::spawn(move || exec::pty::follow_resizes(std::io::stdout(), watched));
     let raw = if args.stdin {
         exec::pty::RawMode::enter(std::io::stdin())
     } else {

@@ -69,6 +69,10 @@ pub enum Command {
     /// Run a command inside a container for `exec` or the kubelet API (a transient unit).
     #[command(hide = true)]
     ExecStage(exec::StageArgs),
+    /// Connect to ports inside a pod's network namespace for port-forward (a transient unit
+    /// in that namespace, started by podunit-sync).
+    #[command(hide = true)]
+    PortForwardDialer,
     /// Print a shell completion script (the packages install them).
     #[command(hide = true)]
     Completions(completions::Args),
@@ -112,6 +116,7 @@ pub fn main() -> ExitCode {
         Command::Logs(a) => logs::run(a),
         Command::Exec(a) => exec::run(a),
         Command::ExecStage(a) => exec::stage(a),
+        Command::PortForwardDialer => crate::kubelet::netns_dial::run_dialer(),
         Command::Image(a) => image::run(a),
         Command::Completions(a) => completions::run(a),
     }

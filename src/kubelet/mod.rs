@@ -22,6 +22,8 @@ pub mod certificate;
 #[cfg(feature = "cli")]
 mod channels;
 #[cfg(feature = "cli")]
+pub mod netns_dial;
+#[cfg(feature = "cli")]
 pub mod nodelogs;
 #[cfg(feature = "cli")]
 pub mod portforward;

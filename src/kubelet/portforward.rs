@@ -7,6 +7,9 @@
 //! to the port on the pod's localhost (pods share the host's network) and copies between the
 //! data stream and that connection; why it could not (connection refused, ...) is written on the
 //! error stream, which kubectl prints as "an error occurred forwarding L -> P: ...".
+//! A pod with a network namespace of its own is reached through a dialer inside it
+//! ([`super::netns_dial`]), started at the session's first connection, which hands back each
+//! connected socket.
 //!
 //! One thread per session and one poll loop, as exec: at most
 //! [`MAX_PAIRS`](super::portforward_streams::MAX_PAIRS) forwarded
@@ -15,6 +18,7 @@
 //! client that never reads costs its own session and nothing else.
 
 use super::http::Request;
+use super::netns_dial::{self, Dialer};
 use super::portforward_streams::{Added, Pairs};
 use super::remotecommand::{self, Conn, OwnedFrame};
 use super::server::{State, Tls};
@@ -24,7 +28,7 @@ use crate::localsync::generator_output::{self, GeneratedPod};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
-use std::net::{Ipv6Addr, Shutdown, SocketAddr, TcpStream};
+use std::net::{Shutdown, TcpStream};
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
@@ -41,16 +45,21 @@ const GRACE: Duration = Duration::from_secs(1);
 pub(super) const BACKLOG: usize = 64 * 1024;
 /// Bytes read from the pod per frame (spdystream's own chunk).
 pub(super) const CHUNK: usize = 32 * 1024;
-/// Connecting on the node's own loopback either succeeds or fails at once; bound it anyway.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The pod being forwarded to.
 pub(super) struct Target {
     /// `namespace/name`, as the kubelet names the pod in its messages.
     pod: String,
     uid: String,
-    /// The pod has a network namespace of its own (`network: private`).
-    private_network: bool,
+    /// The pod's network namespace when it has one of its own (`network: private`).
+    netns: Option<PodNetwork>,
+}
+
+/// A pod's own network namespace: its pod unit (whose namespace the dialer joins), and the
+/// dialer once started (or why it could not be).
+struct PodNetwork {
+    pod_unit: String,
+    dialer: Option<Result<Dialer, String>>,
 }
 
 /// Serves the request; returns whether the connection may carry another (never, once
@@ -75,10 +84,13 @@ pub(super) fn port_forward(state: &State, stream: &mut Tls, req: &Request, rest:
     if !uid.is_empty() && pod.uid.as_deref() != Some(uid) {
         return remotecommand::refuse(stream, req, 404, "pod not found\n");
     }
-    let target = Target {
+    let mut target = Target {
         pod: format!("{ns}/{name}"),
         uid: pod.uid.clone().unwrap_or_default(),
-        private_network: private_network(state, pod),
+        netns: private_network(state, pod).map(|pod_unit| PodNetwork {
+            pod_unit,
+            dialer: None,
+        }),
     };
     if wsconn::is_websocket(req) {
         let ports = match portforward_ws::ports(req) {
@@ -90,7 +102,7 @@ pub(super) fn port_forward(state: &State, stream: &mut Tls, req: &Request, rest:
             Err(keep) => return keep,
         };
         let mut conn = wsconn::WsConn::new(stream, protocol);
-        let _ = portforward_ws::serve(&mut conn, &target, &ports);
+        let _ = portforward_ws::serve(&mut conn, &mut target, &ports);
         conn.close();
         return false;
     }
@@ -98,18 +110,19 @@ pub(super) fn port_forward(state: &State, stream: &mut Tls, req: &Request, rest:
         return keep;
     }
     let mut conn = Conn::new(stream);
-    let _ = serve(&mut conn, &target);
+    let _ = serve(&mut conn, &mut target);
     conn.close();
     false
 }
 
-/// Whether the pod unit the generator wrote has a network namespace of its own.
-fn private_network(state: &State, pod: &GeneratedPod) -> bool {
-    let Some(unit) = &pod.pod_unit else {
-        return false;
-    };
+/// The pod unit, when the one the generator wrote has a network namespace of its own.
+fn private_network(state: &State, pod: &GeneratedPod) -> Option<String> {
+    let unit = pod.pod_unit.as_ref()?;
     let path = state.paths.host(generator_output::GENERATOR_DIR).join(unit);
-    std::fs::read_to_string(path).is_ok_and(|t| t.lines().any(|l| l.trim() == "PrivateNetwork=yes"))
+    let text = std::fs::read_to_string(path).ok()?;
+    text.lines()
+        .any(|l| l.trim() == "PrivateNetwork=yes")
+        .then(|| unit.clone())
 }
 
 /// One forwarded connection, connected.
@@ -125,25 +138,20 @@ struct Forward {
     ending: Option<Instant>,
 }
 
-/// Connects to `port` on the pod's localhost as the runtimes do: IPv4, then IPv6.
-pub(super) fn dial(target: &Target, port: u16) -> Result<TcpStream, String> {
-    if target.private_network {
-        return Err(
-            "the pod has a network namespace of its own, which port-forward does not enter".into(),
-        );
-    }
-    let v4 = SocketAddr::from(([127, 0, 0, 1], port));
-    let e4 = match TcpStream::connect_timeout(&v4, CONNECT_TIMEOUT) {
-        Ok(s) => return Ok(s),
-        Err(e) => e,
+/// Connects to `port` on the pod's localhost as the runtimes do: IPv4, then IPv6; in the pod's
+/// own network namespace through its dialer, started on first use.
+pub(super) fn dial(target: &mut Target, port: u16) -> Result<TcpStream, String> {
+    let Some(net) = &mut target.netns else {
+        return netns_dial::dial_localhost(port);
     };
-    let v6 = SocketAddr::from((Ipv6Addr::LOCALHOST, port));
-    TcpStream::connect_timeout(&v6, CONNECT_TIMEOUT).map_err(|e6| {
-        format!(
-            "failed to connect to localhost:{port} in the pod's network, IPv4: dial tcp4 {v4}: \
-             {e4} IPv6: dial tcp6 {v6}: {e6}"
-        )
-    })
+    let dialer = net.dialer.get_or_insert_with(|| {
+        let client = crate::systemd::Client::system().map_err(|e| e.to_string())?;
+        Dialer::start(&client, &crate::exec::cli_binary(), &net.pod_unit).map_err(|e| e.to_string())
+    });
+    match dialer {
+        Ok(d) => d.dial(port),
+        Err(why) => Err(why.clone()),
+    }
 }
 
 /// The kubelet's message on the error stream when forwarding failed.
@@ -173,7 +181,7 @@ fn end_pair(
 }
 
 /// The session: streams as they come, connections as their pairs complete, bytes both ways.
-fn serve(conn: &mut Conn<'_>, target: &Target) -> io::Result<()> {
+fn serve(conn: &mut Conn<'_>, target: &mut Target) -> io::Result<()> {
     let mut pairs = Pairs::default();
     let mut fwd: BTreeMap<String, Forward> = BTreeMap::new();
     let mut buf = vec![0u8; CHUNK];
@@ -277,7 +285,7 @@ pub(super) fn write_backlog(sock: &mut TcpStream, backlog: &mut Vec<u8>) {
 /// Acts on one frame from the client; false when the session is over.
 fn frame(
     conn: &mut Conn<'_>,
-    target: &Target,
+    target: &mut Target,
     pairs: &mut Pairs,
     fwd: &mut BTreeMap<String, Forward>,
     f: OwnedFrame,
@@ -331,7 +339,7 @@ fn frame(
 /// Connects the complete pair of request `r`, or says on its error stream why not.
 fn start(
     conn: &mut Conn<'_>,
-    target: &Target,
+    target: &mut Target,
     pairs: &mut Pairs,
     fwd: &mut BTreeMap<String, Forward>,
     r: String,

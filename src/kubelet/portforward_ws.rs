@@ -60,7 +60,7 @@ struct Forward {
 }
 
 /// The session: every port connected, then bytes both ways until each connection has ended.
-pub(super) fn serve(conn: &mut WsConn<'_>, target: &Target, ports: &[u16]) -> io::Result<()> {
+pub(super) fn serve(conn: &mut WsConn<'_>, target: &mut Target, ports: &[u16]) -> io::Result<()> {
     for (i, port) in ports.iter().enumerate() {
         let b = port.to_le_bytes();
         conn.send(2 * i as u8, &b)?;

@@ -241,7 +241,16 @@ pub fn server_config(
         .map_err(|e| TlsError::Config(e.to_string()))?
         .with_client_cert_verifier(Arc::new(DeferredChain(client_ca)))
         .with_cert_resolver(serving);
-    Ok(Arc::new(cfg))
+    Ok(Arc::new(no_resumption(cfg)))
+}
+
+/// No session resumption. Its clients (the API server, metrics-server: Go's TLS client without
+/// a session cache) never resume, and rustls's default stores two TLS 1.3 tickets for every full
+/// handshake, each with the client's certificate chain, up to 256 of them kept for nothing.
+fn no_resumption(mut cfg: ServerConfig) -> ServerConfig {
+    cfg.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
+    cfg.send_tls13_tickets = 0;
+    cfg
 }
 
 #[cfg(test)]
@@ -272,7 +281,10 @@ mod tests {
         );
         let v =
             client_verifier(std::fs::read(dir.join("kubelet.crt")).unwrap().as_slice()).unwrap();
-        server_config(Current::new(loaded).unwrap(), v).unwrap();
+        let cfg = server_config(Current::new(loaded).unwrap(), v).unwrap();
+        // Nothing kept per handshake for a resumption that never comes.
+        assert!(!cfg.session_storage.can_cache());
+        assert_eq!(cfg.send_tls13_tickets, 0);
         assert!(matches!(
             client_verifier(b"nothing"),
             Err(TlsError::ClientCa(_))

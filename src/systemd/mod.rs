@@ -249,7 +249,16 @@ impl Client {
             ("CollectMode", Value::from("inactive-or-failed")),
             ("ExecStart", Value::from(exec)),
         ];
-        let aux: Vec<(&str, Vec<(&str, Value<'_>)>)> = Vec::new();
+        self.start_transient(name, props)
+    }
+
+    /// `StartTransientUnit(name, "replace", props, [])`: its start job.
+    fn start_transient(
+        &self,
+        name: &str,
+        props: Vec<(&str, zbus::zvariant::Value<'_>)>,
+    ) -> Result<OwnedObjectPath, Error> {
+        let aux: Vec<(&str, Vec<(&str, zbus::zvariant::Value<'_>)>)> = Vec::new();
         self.manager(
             format!("StartTransientUnit {name}"),
             "StartTransientUnit",
@@ -278,13 +287,48 @@ impl Client {
             ("StandardOutputFileDescriptor", Value::Fd(Fd::from(o))),
             ("StandardErrorFileDescriptor", Value::Fd(Fd::from(e))),
         ];
-        let aux: Vec<(&str, Vec<(&str, Value<'_>)>)> = Vec::new();
-        let _job: OwnedObjectPath = self.manager(
-            format!("StartTransientUnit {name}"),
-            "StartTransientUnit",
-            &(name, MODE, props, aux),
-        )?;
-        Ok(())
+        self.start_transient(name, props).map(drop)
+    }
+
+    /// Starts `argv` as a transient service `name` in the network namespace of the running unit
+    /// `of` (`JoinsNamespaceOf=`, `PrivateNetwork=yes`: where systemd puts that unit's
+    /// containers), with `stdin` handed over (stdout and stderr go to the journal). It may
+    /// connect to ports and nothing more: no capabilities, no new privileges, a read-only
+    /// system. `Requisite=` the unit, so a unit that is not running fails the start rather than
+    /// giving the service a new, empty namespace. Does not wait for the start job.
+    pub fn run_transient_in_network_of(
+        &self,
+        name: &str,
+        description: &str,
+        argv: &[String],
+        stdin: std::os::fd::BorrowedFd<'_>,
+        of: &str,
+    ) -> Result<(), Error> {
+        use zbus::zvariant::{Fd, Value};
+        let exec = vec![(argv[0].clone(), argv.to_vec(), false)];
+        let unit = vec![of.to_string()];
+        // An allow-list (true), as `RestrictAddressFamilies=AF_INET ...` is.
+        let families = (true, vec!["AF_INET", "AF_INET6", "AF_UNIX"]);
+        let props: Vec<(&str, Value<'_>)> = vec![
+            ("Description", Value::from(description)),
+            ("Type", Value::from("simple")),
+            ("CollectMode", Value::from("inactive-or-failed")),
+            ("ExecStart", Value::from(exec)),
+            ("StandardInputFileDescriptor", Value::Fd(Fd::from(stdin))),
+            // Not the socket, which is the default with an fd for stdin.
+            ("StandardOutput", Value::from("journal")),
+            ("StandardError", Value::from("journal")),
+            ("JoinsNamespaceOf", Value::from(unit.clone())),
+            ("Requisite", Value::from(unit.clone())),
+            ("After", Value::from(unit)),
+            ("PrivateNetwork", Value::from(true)),
+            ("NoNewPrivileges", Value::from(true)),
+            ("CapabilityBoundingSet", Value::from(0u64)),
+            ("RestrictAddressFamilies", Value::from(families)),
+            ("ProtectSystem", Value::from("strict")),
+            ("ProtectHome", Value::from("yes")),
+        ];
+        self.start_transient(name, props).map(drop)
     }
 
     /// A service's `MainPID`, `Environment` and `EnvironmentFiles` (path, ignore-if-missing):
