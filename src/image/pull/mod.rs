@@ -23,6 +23,8 @@ use std::sync::atomic::AtomicBool;
 /// Layer downloads at the same time: they overlap the network's latency with each other and with
 /// the unpacking; more buys little on small hosts.
 const FETCHERS: usize = 3;
+/// At most this many layers unpacked at the same time, however many cores there are.
+const UNPACKERS: usize = 8;
 
 /// What a pull reports as it goes (for a progress display).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -398,8 +400,8 @@ impl Puller<'_> {
         jobs: &[LayerJob],
     ) -> Result<Vec<(PathBuf, Digest)>, PullErrorKind> {
         // Unpacking is the CPU-heavy stage (decompression, hashing, file creation): one worker
-        // per core.
-        let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+        // per core, at most UNPACKERS (each holds its buffers and decoder state).
+        let workers = std::thread::available_parallelism().map_or(1, |n| n.get().min(UNPACKERS));
         pipeline::run(
             jobs,
             FETCHERS,
