@@ -1,7 +1,8 @@
-//! `make bench-images`: pulling a ~100 MB multi-layer image from a registry on loopback against
-//! `skopeo copy` of the same image to a directory, and unpacking its layers against `tar -xf` of
-//! the same tarballs. Wall-clock medians of 3 runs each (the baselines are other programs, so no
-//! instruction counts). Then, on the nspawn harness, `daemon-reload` to running for pods whose
+//! `make bench-images`: pulling a ~100 MB multi-layer image from a registry on loopback, like for
+//! like: podunit's fetch stage alone against `skopeo copy` of the same image to a directory, and
+//! podunit's whole pull (fetch and unpack) against `skopeo copy` followed by `tar -xf` of the
+//! layers; and unpacking its layers against `tar -xf` of the same tarballs. Wall-clock medians of
+//! interleaved rounds (the baselines are other programs, so no instruction counts). Then, on the nspawn harness, `daemon-reload` to running for pods whose
 //! image is in the node's store against the same pods with `image: host`. The numbers go to
 //! docs/benchmarks.md. Needs root, systemd-nspawn, docker-registry, htpasswd, skopeo and GNU tar.
 //!
@@ -23,7 +24,8 @@ use std::time::{Duration, Instant};
 use support::nspawn::Machine;
 use support::reload::reload_to_running;
 
-const RUNS: usize = 3;
+/// Rounds of each comparison (medians are reported).
+const RUNS: usize = 5;
 /// Uncompressed bytes per layer (gzip brings the image to about 100 MB).
 const LAYER_BYTES: u64 = 55 << 20;
 
@@ -171,7 +173,43 @@ fn pull_and_unpack(served: &Served, pull: bool, unpack: bool) {
     }
 }
 
-/// Pull: podunit into an empty store vs skopeo to an empty directory.
+/// The load average (1, 5, 15 min), for the record next to the numbers.
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// `tar -xf` of each file of `tars` into a fresh directory `layer<i>` of `into`.
+fn untar(tars: &[PathBuf], into: &Path) {
+    for (i, f) in tars.iter().enumerate() {
+        let dest = fresh(&into.join(format!("layer{i}")));
+        let st = Command::new("tar")
+            .arg("-xf")
+            .arg(f)
+            .arg("-C")
+            .arg(&dest)
+            .status()
+            .unwrap();
+        assert!(st.success());
+    }
+}
+
+/// Seconds, median of `v`.
+fn secs(v: &[Duration]) -> f64 {
+    median(v.to_vec()).as_secs_f64()
+}
+
+/// Pull, like for like, rounds interleaved (the machine is shared: each round runs every
+/// contender once, one after the other):
+/// - fetch: podunit's fetch stage alone (download, digest checks, blobs written and synced,
+///   `Puller::download`) against `skopeo copy docker://... dir:...` (the same work);
+/// - pull: podunit's whole pull into an empty store (fetch, and unpacking pipelined with it,
+///   one syncfs) against skopeo copy then `tar -xf` of each layer blob into a directory of its
+///   own, and against the same followed by `sync -f` (syncfs: the durability podunit's pull has).
 fn pull_bench(served: &Served) {
     let Served { dir, certs, reg } = served;
     let settings = Registries {
@@ -180,21 +218,9 @@ fn pull_bench(served: &Served) {
     };
     let keyring = support::registry::keyring(&reg.host, USER, PASSWORD);
     let r = Reference::parse(&format!("{}/bench/big:1", reg.host)).unwrap();
-    let mut ours = Vec::new();
-    for _ in 0..RUNS {
-        let store = Store::open(fresh(&dir.join("store")));
-        let client = Client::new(settings.clone(), keyring.clone());
-        let p = support::registry::puller(&store, &client);
-        let t = Instant::now();
-        p.pull(&r).expect("pull");
-        ours.push(t.elapsed());
-    }
     let skodir = fresh(&dir.join("skopeo-certs"));
     std::fs::copy(certs.ca(), skodir.join("ca.crt")).unwrap();
-    let mut sko = Vec::new();
-    for _ in 0..RUNS {
-        let dest = fresh(&dir.join("skopeo-out"));
-        let t = Instant::now();
+    let skopeo = |dest: &Path| {
         let st = Command::new("skopeo")
             .args([
                 "copy",
@@ -207,15 +233,92 @@ fn pull_bench(served: &Served) {
             .arg(format!("dir:{}", dest.display()))
             .status()
             .expect("skopeo");
-        sko.push(t.elapsed());
         assert!(st.success());
-    }
-    let (o, s) = (median(ours), median(sko));
+    };
+    let layer_blobs = |d: &Path| -> Vec<PathBuf> {
+        let manifest: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(d.join("manifest.json")).unwrap()).unwrap();
+        manifest["layers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| {
+                let digest = l["digest"].as_str().unwrap();
+                d.join(digest.strip_prefix("sha256:").unwrap())
+            })
+            .collect()
+    };
+    let (mut fetch, mut sko) = (Vec::new(), Vec::new());
+    let (mut pull, mut sko_tar, mut sko_tar_sync) = (Vec::new(), Vec::new(), Vec::new());
     println!(
-        "pull:   podunit {:>7.3} s   skopeo copy {:>7.3} s   ratio {:.2}",
-        o.as_secs_f64(),
-        s.as_secs_f64(),
-        o.as_secs_f64() / s.as_secs_f64()
+        "pull rounds: {RUNS}, load average at the start {}",
+        loadavg()
+    );
+    for _ in 0..RUNS {
+        let client = Client::new(settings.clone(), keyring.clone());
+        let store = Store::open(fresh(&dir.join("store")));
+        let p = support::registry::puller(&store, &client);
+        let out = fresh(&dir.join("podunit-out"));
+        let t = Instant::now();
+        let got = p.download(&r, &out).expect("download");
+        fetch.push(t.elapsed());
+        assert_eq!(got.len(), 6, "manifest, config and 4 layers");
+
+        let out = fresh(&dir.join("skopeo-out"));
+        let t = Instant::now();
+        skopeo(&out);
+        sko.push(t.elapsed());
+
+        let client = Client::new(settings.clone(), keyring.clone());
+        let p = support::registry::puller(&store, &client);
+        let t = Instant::now();
+        p.pull(&r).expect("pull");
+        pull.push(t.elapsed());
+
+        for (sync, times) in [(false, &mut sko_tar), (true, &mut sko_tar_sync)] {
+            let out = fresh(&dir.join("skopeo-out"));
+            let tree = fresh(&dir.join("tar-out"));
+            let t = Instant::now();
+            skopeo(&out);
+            untar(&layer_blobs(&out), &tree);
+            if sync {
+                assert!(
+                    Command::new("sync")
+                        .arg("-f")
+                        .arg(&tree)
+                        .status()
+                        .unwrap()
+                        .success()
+                );
+            }
+            times.push(t.elapsed());
+        }
+    }
+    println!("load average at the end {}", loadavg());
+    let row = |what: &str, ours: &[Duration], base: &str, theirs: &[Duration]| {
+        println!(
+            "{what:<6} podunit {:>7.3} s   {base:<26} {:>7.3} s   ratio {:.2}",
+            secs(ours),
+            secs(theirs),
+            secs(ours) / secs(theirs)
+        )
+    };
+    row("fetch:", &fetch, "skopeo copy", &sko);
+    row("pull:", &pull, "skopeo copy + tar -xf", &sko_tar);
+    row("pull:", &pull, "skopeo copy + tar + sync", &sko_tar_sync);
+    let all = |v: &[Duration]| {
+        v.iter()
+            .map(|d| format!("{:.2}", d.as_secs_f64()))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    println!(
+        "every round (s): fetch [{}] skopeo [{}] pull [{}] skopeo+tar [{}] skopeo+tar+sync [{}]",
+        all(&fetch),
+        all(&sko),
+        all(&pull),
+        all(&sko_tar),
+        all(&sko_tar_sync)
     );
 }
 
@@ -247,17 +350,7 @@ fn unpack_bench(dir: &Path, blobs: &[&Vec<u8>]) {
         }
         ours.push(t.elapsed());
         let t = Instant::now();
-        for (i, f) in gz.iter().enumerate() {
-            let dest = fresh(&dir.join(format!("tar{i}")));
-            let st = Command::new("tar")
-                .arg("-xf")
-                .arg(f)
-                .arg("-C")
-                .arg(&dest)
-                .status()
-                .unwrap();
-            assert!(st.success());
-        }
+        untar(&gz, dir);
         tar.push(t.elapsed());
     }
     let (o, t) = (median(ours), median(tar));

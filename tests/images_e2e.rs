@@ -110,6 +110,47 @@ fn shell_image() -> oci::Image {
     )
 }
 
+/// `busybox` moved on: the shell image with a layer adding `/etc/podunit-v2`.
+fn busybox_v2() -> oci::Image {
+    oci::image(
+        host_arch(),
+        &[
+            Layer {
+                tar: busybox_root(&mut |_| {}),
+                comp: Comp::Gzip,
+                declared_size: None,
+            },
+            Layer {
+                tar: TarBuilder::new()
+                    .dir("etc/")
+                    .file("etc/podunit-v2", b"2\n", 0o644)
+                    .finish(),
+                comp: Comp::Gzip,
+                declared_size: None,
+            },
+        ],
+        serde_json::json!({"Env": [PATH], "Cmd": ["sh"]}),
+    )
+}
+
+/// Moves `busybox` (`:latest`) to [`busybox_v2`], kills the container `unit` (which prints
+/// `running-v2` when it starts on it) and waits for systemd's restart to run the new image,
+/// pulled again at that start. Returns podunit-sync's journal.
+fn move_tag_and_restart(m: &Machine, images: &Images, unit: &str) -> String {
+    let v2 = busybox_v2();
+    registry::in_machine_network(m, || images.reg.push("library/busybox", "latest", &v2));
+    m.sh_ok(&format!("systemctl kill --signal=KILL {unit}"));
+    m.wait_for("the pod on the moved tag", SOON * 3, || {
+        journal(m, unit).contains("running-v2").then_some(())
+    });
+    let sync = m.sh_ok("journalctl -b --no-pager -o cat -u podunit-sync.service");
+    assert!(
+        sync.contains("asking the registry for image \"busybox\" again"),
+        "{sync}"
+    );
+    sync
+}
+
 /// A registry with the corpus's images under their public names, and a way to pull them into a
 /// machine's store.
 struct Images {
@@ -150,16 +191,20 @@ impl Images {
     /// The machine's node configuration for this registry (started in its network): the
     /// mirrors, the CA, and the credentials file, root-only.
     fn configure_node(&self, m: &Machine) {
-        let host = &self.reg.host;
-        m.write(
-            "/etc/podunit/config.yaml",
-            registry::node_config(host, registry::MACHINE_CA).as_bytes(),
-        );
+        self.configure_node_without_credentials(m);
         m.write(
             "/etc/podunit/auth.json",
-            registry::config_json(host, USER, PASSWORD).as_bytes(),
+            registry::config_json(&self.reg.host, USER, PASSWORD).as_bytes(),
         );
         m.sh_ok("chmod 0600 /etc/podunit/auth.json");
+    }
+
+    /// The mirrors and the CA only: the node itself has no credentials for the registry.
+    fn configure_node_without_credentials(&self, m: &Machine) {
+        m.write(
+            "/etc/podunit/config.yaml",
+            registry::node_config(&self.reg.host, registry::MACHINE_CA).as_bytes(),
+        );
     }
 
     /// Pulls `reference` into the machine's image store, as `podunit image pull` does; docker.io
@@ -383,35 +428,7 @@ fn local_always_images_are_asked_for_again_at_each_start() {
         journal(&m, &unit).contains("running-v1").then_some(())
     });
     // The tag moves; the container is killed and systemd restarts it.
-    let v2 = oci::image(
-        host_arch(),
-        &[
-            Layer {
-                tar: busybox_root(&mut |_| {}),
-                comp: Comp::Gzip,
-                declared_size: None,
-            },
-            Layer {
-                tar: TarBuilder::new()
-                    .dir("etc/")
-                    .file("etc/podunit-v2", b"2\n", 0o644)
-                    .finish(),
-                comp: Comp::Gzip,
-                declared_size: None,
-            },
-        ],
-        serde_json::json!({"Env": [PATH], "Cmd": ["sh"]}),
-    );
-    registry::in_machine_network(&m, || images.reg.push("library/busybox", "latest", &v2));
-    m.sh_ok(&format!("systemctl kill --signal=KILL {unit}"));
-    m.wait_for("the pod on the moved tag", SOON * 3, || {
-        journal(&m, &unit).contains("running-v2").then_some(())
-    });
-    let sync = m.sh_ok("journalctl -b --no-pager -o cat -u podunit-sync.service");
-    assert!(
-        sync.contains("asking the registry for image \"busybox\" again"),
-        "{sync}"
-    );
+    let sync = move_tag_and_restart(&m, &images, &unit);
     assert!(sync.contains("moved from what"), "{sync}");
     // No registry: a restart runs on what the store has.
     drop(images);
@@ -426,4 +443,63 @@ fn local_always_images_are_asked_for_again_at_each_start() {
             .contains("its containers keep the stored image")
             .then_some(())
     });
+}
+
+/// A local pod's `imagePullSecrets` name a Secret in /etc/pods.d: podunit-sync pulls with it, at
+/// the first pull and at the `Always` pull of a later start, as the kubelet pulls an API pod's
+/// image with its secrets. The node itself has no credentials: a pod without the secret is
+/// refused by the registry (ErrImagePull, then ImagePullBackOff).
+#[test]
+fn local_pods_pull_with_their_image_pull_secrets() {
+    use base64::Engine;
+    let m = Machine::boot("images-secrets");
+    let images = Images::start_in(&m, "secrets");
+    images.configure_node_without_credentials(&m);
+    start_sync(&m);
+    let auth = registry::config_json(&images.reg.host, USER, PASSWORD);
+    let encoded = base64::engine::general_purpose::STANDARD.encode(auth);
+    m.write(
+        "/etc/pods.d/regcred.yaml",
+        format!(
+            "apiVersion: v1\nkind: Secret\nmetadata:\n  name: regcred\ntype: kubernetes.io/dockerconfigjson\ndata:\n  .dockerconfigjson: {encoded}\n"
+        )
+        .as_bytes(),
+    );
+    m.write(
+        "/etc/pods.d/private.yaml",
+        b"apiVersion: v1\nkind: Pod\nmetadata:\n  name: private\nspec:\n  imagePullSecrets:\n  - name: regcred\n  containers:\n  - name: main\n    image: busybox\n    command: [sh, -c, 'if test -e /etc/podunit-v2; then echo running-v2; else echo running-v1; fi; exec sleep 100000']\n",
+    );
+    m.write(
+        "/etc/pods.d/nocreds.yaml",
+        b"apiVersion: v1\nkind: Pod\nmetadata:\n  name: nocreds\nspec:\n  containers:\n  - name: main\n    image: debian\n    command: [sleep, '100000']\n",
+    );
+    m.daemon_reload();
+    let unit = ctr_unit("default", "private", "main");
+    m.wait_for("the private image pulled with the secret", SOON * 3, || {
+        journal(&m, &unit).contains("running-v1").then_some(())
+    });
+    m.wait_for("nocreds to show ImagePullBackOff", SOON * 2, || {
+        let table = m.sh_ok("podunit status");
+        (status_row(&table, "nocreds")[3] == "ImagePullBackOff").then_some(())
+    });
+    let sync = m.sh_ok("journalctl -b --no-pager -o cat -u podunit-sync.service");
+    assert!(
+        sync.contains("pulling image \"debian\" failed")
+            && sync.contains("pull access denied")
+            && sync.contains("no credentials for it"),
+        "the node has no credentials of its own:\n{sync}"
+    );
+
+    // The tag moves; at the container's next start the Always pull uses the secret again.
+    let sync = move_tag_and_restart(&m, &images, &unit);
+    assert!(
+        !sync.contains(PASSWORD),
+        "the secret's password is not logged"
+    );
+    let plans = m.sh_ok("cat /run/systemd/generator/podunit/*.json");
+    assert!(plans.contains("regcred"), "the plan names the secret");
+    assert!(
+        !plans.contains(&encoded) && !plans.contains(PASSWORD),
+        "never its value"
+    );
 }

@@ -64,6 +64,10 @@ pub struct WaitingPod {
     /// Every container of the pod, init containers first, for `podunit status`.
     pub containers: Vec<String>,
     pub images: Vec<WaitingImage>,
+    /// The names of the pod's `imagePullSecrets` (Secrets in the manifest directories), which
+    /// its pulls use.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pull_secrets: Vec<String>,
 }
 
 /// One container's image that is not in the store.
@@ -209,6 +213,7 @@ fn waiting_image(catalog: &Catalog, p: &Problem) -> Option<WaitingPod> {
             ),
             image,
         }],
+        pull_secrets: crate::translate::image::pull_secret_names(Some(spec)),
     })
 }
 

@@ -103,6 +103,36 @@ impl Keyring {
         }
     }
 
+    /// A pod's `imagePullSecrets`, merged into one keyring as the kubelet merges them. Only the
+    /// two image pull secret types count; a Secret of another type is passed over, as the kubelet
+    /// does. `stringData` (which a manifest on disk may use) is read beside `data`. An error names
+    /// the secret whose JSON does not parse.
+    pub fn from_pull_secrets<'a>(
+        secrets: impl IntoIterator<Item = &'a k8s_openapi::api::core::v1::Secret>,
+    ) -> Result<Keyring, String> {
+        let mut ring = Keyring::default();
+        for s in secrets {
+            let ty = s.type_.as_deref().unwrap_or_default();
+            if ty != "kubernetes.io/dockerconfigjson" && ty != "kubernetes.io/dockercfg" {
+                continue;
+            }
+            let mut data: BTreeMap<String, Vec<u8>> = s
+                .data
+                .iter()
+                .flatten()
+                .map(|(k, v)| (k.clone(), v.0.clone()))
+                .collect();
+            for (k, v) in s.string_data.iter().flatten() {
+                data.insert(k.clone(), v.clone().into_bytes());
+            }
+            let name = s.metadata.name.as_deref().unwrap_or_default();
+            let r = Keyring::from_secret(ty, &data)
+                .map_err(|e| format!("image pull secret {name:?}: {e}"))?;
+            ring.extend(r);
+        }
+        Ok(ring)
+    }
+
     /// The node's credentials file. It holds secrets: refused unless owned by root and closed to
     /// group and others. A missing file is an empty keyring.
     pub fn load_node_file(path: &Path) -> Result<Keyring, String> {

@@ -33,6 +33,11 @@ impl Digest {
         Digest::from_hasher(Sha256::new_with_prefix(bytes))
     }
 
+    /// The digest a running SHA-256 arrived at.
+    pub fn from_sha256(h: Sha256) -> Digest {
+        Digest::from_hasher(h)
+    }
+
     fn from_hasher(h: Sha256) -> Digest {
         let out = h.finalize();
         let mut hex = String::with_capacity(64);

@@ -8,14 +8,16 @@
 //! when the tag moved, the reload renders the pod from the new image (its plan changes, so the
 //! pod restarts). A registry that cannot be reached leaves the pod running on what it has.
 //!
-//! Pulls run on the one pull queue ([`crate::image::queue`]), which the cluster agent uses too.
-//! The main thread keeps the waiting records `podunit status`
+//! Pulls run on the one pull queue ([`crate::image::queue`]), which the cluster agent uses too,
+//! keyed as the kubelet keys its back-off, `<pod uid>_<image>`: each pod pulls with its own
+//! `imagePullSecrets` (Secrets in the manifest directories, read when the pull is asked for),
+//! before the node's credentials file. The main thread keeps the waiting records `podunit status`
 //! shows: `ContainerCreating` while a pull runs, `ErrImagePull` with the registry's message when
 //! it failed, `ImagePullBackOff` until the retry, `ErrImageNeverPull` for `imagePullPolicy: Never`,
 //! as the kubelet shows them.
 
 use crate::common::paths::Paths;
-use crate::generate::report::WaitingPod;
+use crate::generate::report::{WaitingImage, WaitingPod};
 use crate::image::auth::Keyring;
 use crate::image::policy::{self, AtStart};
 use crate::image::queue::{self, PullQueue, Request};
@@ -73,6 +75,11 @@ impl ImageState {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunningImage {
     pub unit: String,
+    /// The pull queue's key: `<pod uid>_<reference>`.
+    pub key: String,
+    pub namespace: String,
+    /// The names of the pod's `imagePullSecrets`.
+    pub pull_secrets: Vec<String>,
     /// As the manifest names it (the pull queue's key).
     pub reference: String,
     pub pull_policy: String,
@@ -107,6 +114,9 @@ pub fn running_images(
             };
             out.push(RunningImage {
                 unit: c.unit.clone(),
+                key: pull_key(&plan.uid, &root.reference),
+                namespace: plan.namespace.clone(),
+                pull_secrets: plan.pull_secrets.clone(),
                 reference: root.reference.clone(),
                 pull_policy: root.pull_policy.clone(),
                 image_id: root.image.clone(),
@@ -116,9 +126,14 @@ pub fn running_images(
     out
 }
 
+/// The pull queue's key for `image` of the pod `uid`, as the kubelet's back-off key.
+pub fn pull_key(uid: &str, image: &str) -> String {
+    format!("{uid}_{image}")
+}
+
 pub struct ImagePulls {
     paths: Paths,
-    /// Keyed by image: local pods have no pull secrets, so one pull serves every pod.
+    /// Keyed by [`pull_key`].
     queue: PullQueue,
     waiting: Vec<WaitingPod>,
     /// Rendered containers on stored images, by unit.
@@ -137,6 +152,7 @@ impl ImagePulls {
             let result = d.result.map(|p| p.image_id);
             results
                 .send(Msg::Pulled {
+                    key: d.key,
                     image: d.image,
                     result,
                 })
@@ -178,11 +194,11 @@ impl ImagePulls {
         if !self.pulls_at_start(unit) {
             return;
         }
-        let Some(r) = self.running.get(unit) else {
+        let Some(r) = self.running.get(unit).cloned() else {
             return;
         };
-        let reference = r.reference.clone();
-        match self.queue.state(&reference, Instant::now()) {
+        let reference = &r.reference;
+        match self.queue.state(&r.key, Instant::now()) {
             Some(queue::State::Pulling) => {}
             Some(_) => log(&format!(
                 "{unit}: image {reference:?} is in pull back-off; it runs on the stored image"
@@ -192,11 +208,7 @@ impl ImagePulls {
                     "{unit} started: asking the registry for image {reference:?} again \
                      (imagePullPolicy Always)"
                 ));
-                self.queue.request(Request {
-                    key: reference.clone(),
-                    image: reference,
-                    keyring: Keyring::default(),
-                });
+                self.request(&r.key, reference, &r.namespace, &r.pull_secrets);
             }
         }
     }
@@ -211,11 +223,32 @@ impl ImagePulls {
         self.queue.next_deadline(|image| self.wanted(image))
     }
 
-    fn wanted(&self, image: &str) -> bool {
-        self.waiting
-            .iter()
-            .flat_map(|p| &p.images)
-            .any(|i| i.image == image && i.pull_policy != "Never")
+    fn wanted(&self, key: &str) -> bool {
+        self.waiting.iter().any(|p| {
+            p.images
+                .iter()
+                .any(|i| pull_key(&p.uid, &i.image) == key && i.pull_policy != "Never")
+        })
+    }
+
+    /// Queues a pull of `image` for the pod of `key`, with the pod's pull secrets (`secrets`,
+    /// Secrets of `namespace` in the manifest directories) before the node's credentials. A
+    /// Secret that is missing is logged and passed over, as the kubelet does; one that is no
+    /// valid image pull secret fails the pull (`ErrImagePull` with why, then back-off).
+    fn request(&mut self, key: &str, image: &str, namespace: &str, secrets: &[String]) {
+        match pod_keyring(&self.paths, namespace, secrets) {
+            Ok(keyring) => {
+                self.queue.request(Request {
+                    key: key.to_string(),
+                    image: image.to_string(),
+                    keyring,
+                });
+            }
+            Err(message) => {
+                log(&format!("pulling image {image:?}: {message}"));
+                self.queue.finished(key, &Err(message));
+            }
+        }
     }
 
     /// Asks for the pulls that are due and writes every waiting pod's record.
@@ -225,41 +258,41 @@ impl ImagePulls {
 
     fn pass_at(&mut self, now: Instant) {
         let mut states: HashMap<String, ImageState> = HashMap::new();
-        for img in self.waiting.iter().flat_map(|p| &p.images) {
-            if states.contains_key(&img.image) {
-                continue;
-            }
-            let state = if img.pull_policy == "Never" {
-                ImageState::NeverPull
-            } else {
-                match self.queue.state(&img.image, now) {
-                    Some(queue::State::Pulling) => ImageState::Pulling,
-                    Some(queue::State::Failed(m)) => ImageState::Failed(m),
-                    Some(queue::State::BackOff) => ImageState::BackOff,
-                    None => {
-                        log(&format!("pulling image {:?}", img.image));
-                        self.queue.request(Request {
-                            key: img.image.clone(),
-                            image: img.image.clone(),
-                            keyring: Keyring::default(),
-                        });
-                        ImageState::Pulling
-                    }
+        let waiting = std::mem::take(&mut self.waiting);
+        for pod in &waiting {
+            for img in &pod.images {
+                let key = pull_key(&pod.uid, &img.image);
+                if states.contains_key(&key) {
+                    continue;
                 }
-            };
-            states.insert(img.image.clone(), state);
+                let state = if img.pull_policy == "Never" {
+                    ImageState::NeverPull
+                } else {
+                    if self.queue.state(&key, now).is_none() {
+                        log(&format!("pulling image {:?}", img.image));
+                        self.request(&key, &img.image, &pod.namespace, &pod.pull_secrets);
+                    }
+                    match self.queue.state(&key, now) {
+                        Some(queue::State::Failed(m)) => ImageState::Failed(m),
+                        Some(queue::State::BackOff) => ImageState::BackOff,
+                        _ => ImageState::Pulling,
+                    }
+                };
+                states.insert(key, state);
+            }
         }
+        self.waiting = waiting;
         self.write_records(&states);
     }
 
-    /// A pull ended. Returns whether to reload: a pod waits for the image, or a container runs
-    /// on another digest than the registry's now.
-    pub fn pulled(&mut self, image: &str, result: Result<String, String>) -> bool {
+    /// A pull (of `key`) ended. Returns whether to reload: a pod waits for the image, or a
+    /// container runs on another digest than the registry's now.
+    pub fn pulled(&mut self, key: &str, image: &str, result: Result<String, String>) -> bool {
         let result = result.map(|image_id| queue::Pulled {
             image_id,
             took: std::time::Duration::ZERO,
         });
-        match (self.queue.finished(image, &result), &result) {
+        match (self.queue.finished(key, &result), &result) {
             (_, Ok(p)) => {
                 log(&format!("pulled image {image:?} ({})", p.image_id));
                 let waited = self
@@ -300,10 +333,11 @@ impl ImagePulls {
     fn write_records(&mut self, states: &HashMap<String, ImageState>) {
         let mut now_waiting = HashSet::new();
         for pod in &self.waiting {
+            let state_of = |i: &WaitingImage| states.get(&pull_key(&pod.uid, &i.image));
             let Some((img, state)) = pod
                 .images
                 .iter()
-                .filter_map(|i| Some((i, states.get(&i.image)?)))
+                .filter_map(|i| Some((i, state_of(i)?)))
                 .max_by_key(|(_, s)| s.rank())
             else {
                 continue;
@@ -318,7 +352,7 @@ impl ImagePulls {
                 containers: pod
                     .images
                     .iter()
-                    .filter(|i| states.get(&i.image) == Some(state))
+                    .filter(|i| state_of(i) == Some(state))
                     .map(|i| i.container.clone())
                     .collect(),
                 all_containers: pod.containers.clone(),
@@ -341,10 +375,29 @@ impl ImagePulls {
     }
 }
 
+/// The keyring of a local pod's `imagePullSecrets`: the named Secrets of its namespace in the
+/// manifest directories (read now, so an edited Secret counts at the next pull).
+fn pod_keyring(paths: &Paths, namespace: &str, names: &[String]) -> Result<Keyring, String> {
+    if names.is_empty() {
+        return Ok(Keyring::default());
+    }
+    let catalog = crate::manifest::Catalog::load(paths);
+    let mut found = Vec::new();
+    for name in names {
+        match catalog.secrets.get(&(namespace.to_string(), name.clone())) {
+            Some((secret, _)) => found.push(secret),
+            None => log(&format!(
+                "pull secret {namespace}/{name} not found in the manifest directories; \
+                 the image pull may not succeed"
+            )),
+        }
+    }
+    Keyring::from_pull_secrets(found)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::generate::report::WaitingImage;
     use crate::image::queue::{BACKOFF_INITIAL, RESYNC_AFTER_FAILURE};
 
     fn pod(uid: &str, image: &str, policy: &str) -> WaitingPod {
@@ -359,12 +412,16 @@ mod tests {
                 image: image.into(),
                 pull_policy: policy.into(),
             }],
+            pull_secrets: vec![],
         }
     }
 
     fn running(unit: &str, reference: &str, policy: &str, id: &str) -> RunningImage {
         RunningImage {
             unit: unit.into(),
+            key: pull_key("u", reference),
+            namespace: "default".into(),
+            pull_secrets: vec![],
             reference: reference.into(),
             pull_policy: policy.into(),
             image_id: id.into(),
@@ -392,7 +449,7 @@ mod tests {
         p.container_started("a.service");
         assert!(requests.try_recv().is_err(), "one pull under way is enough");
         // The tag did not move: nothing to render again.
-        assert!(!p.pulled("busybox", Ok(old.into())));
+        assert!(!p.pulled("u_busybox", "busybox", Ok(old.into())));
         p.container_started("b.service");
         p.container_started("c.service");
         p.container_started("unknown.service");
@@ -400,11 +457,15 @@ mod tests {
         // A restart asks again; the tag moved: reload (the pod renders from the new image).
         p.container_started("a.service");
         assert_eq!(image(requests.try_recv()).as_deref(), Ok("busybox"));
-        assert!(p.pulled("busybox", Ok("docker.io/library/busybox@sha256:02".into())));
+        assert!(p.pulled(
+            "u_busybox",
+            "busybox",
+            Ok("docker.io/library/busybox@sha256:02".into())
+        ));
         // Unreachable registry: the container keeps its image, no reload, back-off respected.
         p.container_started("a.service");
         assert_eq!(image(requests.try_recv()).as_deref(), Ok("busybox"));
-        assert!(!p.pulled("busybox", Err("connection refused".into())));
+        assert!(!p.pulled("u_busybox", "busybox", Err("connection refused".into())));
         p.container_started("a.service");
         assert!(requests.try_recv().is_err(), "in back-off: not asked again");
         assert!(p.pulls_at_start("a.service"));
@@ -418,6 +479,8 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join(PLAN_DIR)).unwrap();
         let plan = |source: &str| PodPlan {
+            namespace: "default".into(),
+            uid: "u".into(),
             source: source.into(),
             roots: vec![RootPlan {
                 container: "app".into(),
@@ -499,7 +562,11 @@ mod tests {
         assert_eq!(recs[0].containers, ["a"]);
         assert_eq!(recs[0].all_containers, ["a", "b"]);
 
-        assert!(!p.pulled("busybox:1.36", Err("manifest unknown".into())));
+        assert!(!p.pulled(
+            "u1_busybox:1.36",
+            "busybox:1.36",
+            Err("manifest unknown".into())
+        ));
         p.pass();
         assert!(requests.try_recv().is_err(), "no retry before the back-off");
         let r = &waiting::read_all(&paths).unwrap()[0];
@@ -517,16 +584,78 @@ mod tests {
         // Retry due: pulled again.
         p.pass_at(failed_at + BACKOFF_INITIAL);
         assert_eq!(image(requests.try_recv()).as_deref(), Ok("busybox:1.36"));
-        p.pulled("busybox:1.36", Err("again".into()));
-        assert_eq!(p.queue.failures("busybox:1.36"), 2);
+        p.pulled("u1_busybox:1.36", "busybox:1.36", Err("again".into()));
+        assert_eq!(p.queue.failures("u1_busybox:1.36"), 2);
         // Pulled: reload; once the pods render they wait no more and their records go.
         assert!(p.pulled(
+            "u1_busybox:1.36",
             "busybox:1.36",
             Ok("docker.io/library/busybox@sha256:00".into())
         ));
         p.set_waiting(Vec::new());
         p.pass();
         assert!(waiting::read_all(&paths).unwrap().is_empty());
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn local_pods_pull_with_their_pull_secrets_from_the_manifest_directories() {
+        let root = std::env::temp_dir().join(format!("podunit-secrets-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let paths = Paths::with_root(&root);
+        let pods_d = paths.host(Paths::ETC_PODS);
+        std::fs::create_dir_all(&pods_d).unwrap();
+        let secret = |name: &str, json: &str| {
+            format!(
+                "apiVersion: v1\nkind: Secret\nmetadata: {{name: {name}}}\ntype: kubernetes.io/dockerconfigjson\nstringData:\n  .dockerconfigjson: '{json}'\n"
+            )
+        };
+        std::fs::write(
+            pods_d.join("secrets.yaml"),
+            [
+                secret(
+                    "regcred",
+                    r#"{"auths":{"reg.example:5000":{"username":"u","password":"p"}}}"#,
+                ),
+                secret("broken", "not json"),
+            ]
+            .join("---\n"),
+        )
+        .unwrap();
+        let (tx, _rx) = mpsc::channel();
+        let mut p = ImagePulls::spawn(paths.clone(), tx);
+        let (worker, requests) = mpsc::channel();
+        p.queue = PullQueue::with_sender(worker);
+        let image = "reg.example:5000/app:1";
+        let with = |uid: &str, secrets: &[&str]| WaitingPod {
+            pull_secrets: secrets.iter().map(|s| s.to_string()).collect(),
+            ..pod(uid, image, "IfNotPresent")
+        };
+        p.set_waiting(vec![
+            with("u1", &["missing", "regcred"]),
+            with("u2", &["broken"]),
+            with("u3", &[]),
+        ]);
+        p.pass();
+        // Each pod pulls on its own key, with its own secrets.
+        let (first, _) = requests.try_recv().unwrap();
+        assert_eq!(first.key, "u1_reg.example:5000/app:1");
+        let r = crate::image::Reference::parse(image).unwrap();
+        let creds = first.keyring.lookup(&r);
+        assert_eq!(creds.len(), 1);
+        assert_eq!(
+            (creds[0].username.as_str(), creds[0].password.as_str()),
+            ("u", "p")
+        );
+        let (third, _) = requests.try_recv().unwrap();
+        assert_eq!(third.key, "u3_reg.example:5000/app:1");
+        assert!(third.keyring.lookup(&r).is_empty());
+        assert!(requests.try_recv().is_err());
+        // A secret that is no pull secret's JSON fails that pod's pull, and says which.
+        let recs = waiting::read_all(&paths).unwrap();
+        let u2 = recs.iter().find(|r| r.uid == "u2").unwrap();
+        assert_eq!(u2.reason, "ErrImagePull");
+        assert!(u2.message.contains("\"broken\""), "{}", u2.message);
         let _ = std::fs::remove_dir_all(&root);
     }
 }

@@ -514,6 +514,8 @@ pub enum Msg {
     ManifestsChanged,
     /// An image pull ended: the digest, or the registry's message.
     Pulled {
+        /// The pull queue's key (`<pod uid>_<image>`).
+        key: String,
         image: String,
         result: Result<String, String>,
     },
@@ -608,9 +610,9 @@ pub fn run(syncer: &mut Syncer, rx: mpsc::Receiver<Msg>) -> Result<i32, Error> {
                     return Ok(Some(0));
                 }
                 Msg::ManifestsChanged => reload_now = true,
-                Msg::Pulled { image, result } => {
+                Msg::Pulled { key, image, result } => {
                     if let Some(images) = syncer.images.as_mut() {
-                        if images.pulled(&image, result) {
+                        if images.pulled(&key, &image, result) {
                             log("an image pods wait for is pulled: daemon-reload");
                             if let Err(e) = syncer.client.reload() {
                                 log(&format!("{e}"));

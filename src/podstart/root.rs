@@ -274,6 +274,7 @@ mod tests {
                 pull_policy: "Always".into(),
             }],
             etc: None,
+            pull_secrets: vec![],
         }
     }
 

@@ -139,6 +139,17 @@ pub fn pull_policy(reference: &str, given: Option<&str>) -> String {
     }
 }
 
+/// The names of a pod's `imagePullSecrets`, in order, empty names left out (the API server drops
+/// them too).
+pub fn pull_secret_names(spec: Option<&k8s_openapi::api::core::v1::PodSpec>) -> Vec<String> {
+    spec.and_then(|s| s.image_pull_secrets.as_ref())
+        .into_iter()
+        .flatten()
+        .map(|r| r.name.clone())
+        .filter(|n| !n.is_empty())
+        .collect()
+}
+
 /// Resolves `reference`, or says why it cannot run.
 pub fn resolve(reference: &str, host: &dyn ImageResolver) -> Result<ImageRoot, Unresolved> {
     if host.is_host_alias(reference) {

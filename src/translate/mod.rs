@@ -203,6 +203,7 @@ pub fn translate(
         probes: Vec::new(),
         roots: Vec::new(),
         etc: None,
+        pull_secrets: Vec::new(),
     };
     (plan.users, plan.groups) = ids(pod);
     if let Some(spec) = &pod.spec {
@@ -240,6 +241,7 @@ pub fn translate(
     }
     if !plan.roots.is_empty() {
         plan.etc = Some(imagerun::etc_plan(pod, node));
+        plan.pull_secrets = image::pull_secret_names(pod.spec.as_ref());
     }
 
     // The slice: the pod's cgroup, with pod-level resources.

@@ -44,6 +44,10 @@ pub struct PodPlan {
     /// containers that have a root of their own, as the kubelet writes them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub etc: Option<EtcPlan>,
+    /// The names of the pod's `imagePullSecrets` (never their values), for the pulls podunit-sync
+    /// makes at the starts of its `Always` containers.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pull_secrets: Vec<String>,
 }
 
 /// One container's root: the image's layers under a writable layer of its own.

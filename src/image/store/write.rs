@@ -1,7 +1,8 @@
 //! Filling the store: every entry is built under `tmp/`, synced, then renamed into place, so a
-//! pull killed at any point leaves nothing a reader trusts. One lock file per blob makes
-//! concurrent pulls of the same layer fetch and unpack it once; `prune` takes the store lock
-//! exclusively, pulls take it shared.
+//! pull killed at any point leaves nothing a reader trusts. A pull makes everything it brings
+//! durable together ([`Store::commit`]: one `syncfs`, then the renames), not file by file. One lock
+//! file per layer makes concurrent pulls of the same layer fetch and unpack it once; `prune` takes
+//! the store lock exclusively, pulls take it shared.
 
 use super::{RefRecord, Store, StoreError};
 use crate::image::digest::Digest;
@@ -74,6 +75,18 @@ impl Store {
         self.lock_file(&format!("{}.lock", d.hex()), FlockOperation::LockExclusive)
     }
 
+    /// [`Self::lock_digest`] if no one holds it now; `None` when another pull does.
+    pub fn try_lock_digest(&self, d: &Digest) -> Result<Option<Lock>, StoreError> {
+        match self.lock_file(
+            &format!("{}.lock", d.hex()),
+            FlockOperation::NonBlockingLockExclusive,
+        ) {
+            Ok(l) => Ok(Some(l)),
+            Err(StoreError::Io(_, e)) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     /// A fresh directory under `tmp/` named for this process, so [`Store::clean_tmp`] can tell
     /// live work from a dead pull's leftovers.
     pub fn temp_dir(&self) -> Result<PathBuf, StoreError> {
@@ -102,31 +115,6 @@ impl Store {
         }
     }
 
-    /// Stores `bytes` as the blob `d` after checking it hashes to `d`.
-    pub fn write_blob(&self, d: &Digest, bytes: &[u8]) -> Result<(), StoreError> {
-        let got = Digest::of(bytes);
-        if &got != d {
-            return Err(StoreError::Corrupt(
-                self.blob_path(d),
-                format!("content hashes to {got}"),
-            ));
-        }
-        let dest = self.blob_path(d);
-        if dest.exists() {
-            return Ok(());
-        }
-        self.write_file_atomic(&dest, bytes)
-    }
-
-    /// Records that `r` resolved to `rec` (written last, after everything it names).
-    pub fn write_record(&self, r: &Reference, rec: &RefRecord) -> Result<(), StoreError> {
-        let dest = self.ref_path(r);
-        let parent = dest.parent().expect("a record has a parent");
-        std::fs::create_dir_all(parent).map_err(|e| io(parent, e))?;
-        let body = serde_json::to_vec_pretty(rec).expect("a record serialises");
-        self.write_file_atomic(&dest, &body)
-    }
-
     /// Removes the record for `r`; true when there was one.
     pub fn remove_record(&self, r: &Reference) -> Result<bool, StoreError> {
         let p = self.ref_path(r);
@@ -137,49 +125,83 @@ impl Store {
         }
     }
 
-    /// temp file next to `dest`, fsync, rename, fsync the directory.
-    fn write_file_atomic(&self, dest: &Path, bytes: &[u8]) -> Result<(), StoreError> {
-        let dir = dest.parent().expect("store files have a parent");
-        let n = SEQ.fetch_add(1, Ordering::Relaxed);
-        let tmp = dir.join(format!(".tmp-{}-{n}", std::process::id()));
-        let res = (|| {
-            let mut f = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(&tmp)
-                .map_err(|e| io(&tmp, e))?;
-            f.write_all(bytes).map_err(|e| io(&tmp, e))?;
-            f.sync_all().map_err(|e| io(&tmp, e))?;
-            std::fs::rename(&tmp, dest).map_err(|e| io(dest, e))?;
-            sync_dir(dir)
-        })();
-        if res.is_err() {
-            let _ = std::fs::remove_file(&tmp);
+    /// Puts what one pull verified into the store, durably and in an order that keeps every
+    /// reader safe: the layers' and blobs' contents and the records are written under `tmp/`
+    /// (`work`), the file system is synced once, then layers and blobs are renamed into place and
+    /// their directories synced, and only then are the records renamed (a record is what makes
+    /// an image present). A crash at any point leaves complete entries or leftovers in `tmp/`.
+    /// A layer another pull put in place meanwhile wins; ours is dropped. A record that says
+    /// what the stored one says is not written again.
+    pub fn commit(&self, work: &Path, batch: Commit) -> Result<(), StoreError> {
+        let mut blobs = Vec::new();
+        for (d, bytes) in &batch.blobs {
+            let got = Digest::of(bytes);
+            if &got != d {
+                return Err(StoreError::Corrupt(
+                    self.blob_path(d),
+                    format!("content hashes to {got}"),
+                ));
+            }
+            if self.blob_path(d).exists() {
+                continue;
+            }
+            let tmp = work.join(format!("blob-{}", d.hex()));
+            write_new(&tmp, bytes)?;
+            blobs.push((tmp, self.blob_path(d)));
         }
-        res
-    }
-
-    /// Moves a fully unpacked and verified layer from `tmp/` to its place. The whole file system
-    /// is synced first (one `syncfs` instead of an fsync per file). Another pull may have put the
-    /// same layer there meanwhile: then ours is dropped.
-    pub fn commit_layer(&self, unpacked: &Path, diff_id: &Digest) -> Result<PathBuf, StoreError> {
-        let dest = self.layer_path(diff_id);
+        let mut records = Vec::new();
+        for (r, rec) in &batch.records {
+            if self.record(r).ok().flatten().as_ref() == Some(rec) {
+                continue;
+            }
+            let dest = self.ref_path(r);
+            let parent = dest.parent().expect("a record has a parent");
+            std::fs::create_dir_all(parent).map_err(|e| io(parent, e))?;
+            let tmp = work.join(format!("record-{}", records.len()));
+            write_new(
+                &tmp,
+                &serde_json::to_vec_pretty(rec).expect("a record serialises"),
+            )?;
+            records.push((tmp, dest));
+        }
+        if batch.layers.is_empty() && blobs.is_empty() && records.is_empty() {
+            return Ok(());
+        }
+        // One syncfs for everything below `work`: far cheaper than an fsync per file of every
+        // layer, and every later rename names only synced content.
         let fd = rfs::open(
-            unpacked,
+            work,
             OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC,
             Mode::empty(),
         )
-        .map_err(|e| io(unpacked, e))?;
-        rfs::syncfs(fd.as_fd()).map_err(|e| io(unpacked, e))?;
-        match std::fs::rename(unpacked, &dest) {
-            Ok(()) => {}
-            Err(_) if dest.is_dir() => {
-                let _ = std::fs::remove_dir_all(unpacked);
+        .map_err(|e| io(work, e))?;
+        rfs::syncfs(fd.as_fd()).map_err(|e| io(work, e))?;
+        for (unpacked, diff_id) in &batch.layers {
+            let dest = self.layer_path(diff_id);
+            match std::fs::rename(unpacked, &dest) {
+                Ok(()) => {}
+                Err(_) if dest.is_dir() => {}
+                Err(e) => return Err(io(&dest, e)),
             }
-            Err(e) => return Err(io(&dest, e)),
         }
-        sync_dir(dest.parent().expect("layers have a parent"))?;
-        Ok(dest)
+        for (tmp, dest) in &blobs {
+            std::fs::rename(tmp, dest).map_err(|e| io(dest, e))?;
+        }
+        if !batch.layers.is_empty() {
+            sync_dir(&self.root.join("layers/sha256"))?;
+        }
+        if !blobs.is_empty() {
+            sync_dir(&self.root.join("blobs/sha256"))?;
+        }
+        let mut dirs = std::collections::BTreeSet::new();
+        for (tmp, dest) in &records {
+            std::fs::rename(tmp, dest).map_err(|e| io(dest, e))?;
+            dirs.insert(dest.parent().expect("a record has a parent").to_path_buf());
+        }
+        for d in dirs {
+            sync_dir(&d)?;
+        }
+        Ok(())
     }
 
     /// Deletes blobs and layers no record reaches. Returns (blobs, layers) removed.
@@ -235,6 +257,26 @@ impl Store {
         let l = sweep(self.root.join("layers/sha256"), &layers)?;
         Ok((b, l))
     }
+}
+
+/// What one pull brings to the store (see [`Store::commit`]).
+#[derive(Debug, Default)]
+pub struct Commit {
+    /// Unpacked, verified layer directories under the pull's `tmp/` work, by `diff_id`.
+    pub layers: Vec<(PathBuf, Digest)>,
+    /// Manifests, indexes and the config, checked again against their digests here.
+    pub blobs: Vec<(Digest, Vec<u8>)>,
+    /// Written last, after everything they name.
+    pub records: Vec<(Reference, RefRecord)>,
+}
+
+fn write_new(p: &Path, bytes: &[u8]) -> Result<(), StoreError> {
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(p)
+        .map_err(|e| io(p, e))?;
+    f.write_all(bytes).map_err(|e| io(p, e))
 }
 
 fn sync_dir(dir: &Path) -> Result<(), StoreError> {

@@ -341,26 +341,7 @@ impl Worker {
     /// server did not answer; `Err(Some)`: a secret that is no image pull secret's JSON.
     fn pull_keyring(&mut self, pod: &Pod) -> Result<Keyring, Option<String>> {
         let secrets = self.fetch_pull_secrets(pod).map_err(|()| None)?;
-        let mut ring = Keyring::default();
-        for s in secrets {
-            let name = s.metadata.name.clone().unwrap_or_default();
-            let ty = s.type_.clone().unwrap_or_default();
-            // As the kubelet: only these two types count; others are not looked at.
-            if ty != "kubernetes.io/dockerconfigjson" && ty != "kubernetes.io/dockercfg" {
-                continue;
-            }
-            let data: BTreeMap<String, Vec<u8>> = s
-                .data
-                .unwrap_or_default()
-                .into_iter()
-                .map(|(k, v)| (k, v.0))
-                .collect();
-            match Keyring::from_secret(&ty, &data) {
-                Ok(r) => ring.extend(r),
-                Err(e) => return Err(Some(format!("image pull secret {name:?}: {e}"))),
-            }
-        }
-        Ok(ring)
+        Keyring::from_pull_secrets(&secrets).map_err(Some)
     }
 
     /// A pull ended: its Events, and the pod it was for admitted again (spooled now, or waiting
