@@ -13,8 +13,9 @@
 
 use super::channels::{self, Channel, Channels, Spdy};
 use super::http::{self, Request};
-use super::remotecommand::{self, Conn, Options};
-use super::server::{State, Tls};
+use super::remotecommand::{self, Options};
+use super::server::{self, State, Tls};
+use super::spdyconn::{self, Conn};
 use super::wsconn;
 use crate::exec::{self, Exit};
 use crate::logs::{self, LogOptions};
@@ -46,8 +47,7 @@ pub fn refusal(o: &Options, pod: &str, container: &str) -> Option<String> {
 /// Serves the request; returns whether the connection may carry another (never, once
 /// upgraded).
 pub(super) fn attach(state: &State, stream: &mut Tls, req: &Request, rest: &str) -> bool {
-    let reply =
-        |stream: &mut Tls, status: u16, msg: &str| remotecommand::refuse(stream, req, status, msg);
+    let reply = |stream: &mut Tls, status: u16, msg: &str| server::refuse(stream, req, status, msg);
     let Some((ns, name, container)) = remotecommand::container_path(rest) else {
         return reply(stream, 404, "404 page not found\n");
     };
@@ -106,12 +106,12 @@ pub(super) fn attach(state: &State, stream: &mut Tls, req: &Request, rest: &str)
         ch.close();
         return false;
     }
-    let protocol = match remotecommand::upgrade(stream, req, &remotecommand::PROTOCOLS) {
+    let protocol = match spdyconn::upgrade(stream, req, &remotecommand::PROTOCOLS) {
         Ok(p) => p,
         Err(keep) => return keep,
     };
     let mut conn = Conn::new(stream);
-    match remotecommand::open_streams(&mut conn, &opts, protocol) {
+    match spdyconn::open_streams(&mut conn, &remotecommand::wanted(&opts, protocol)) {
         Ok(Some(streams)) => {
             let mut ch = Spdy { conn, streams };
             session(&mut ch, protocol, &opts, target, &running);

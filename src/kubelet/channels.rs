@@ -3,8 +3,8 @@
 //! one WebSocket ([`super::wsconn::WsChannels`]). The sessions ([`super::remotecommand`],
 //! [`super::attach`]) are written once against [`Channels`].
 
-use super::remotecommand::{Conn, OwnedFrame, Streams};
 use super::spdy;
+use super::spdyconn::{Conn, OwnedFrame, Streams};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
 

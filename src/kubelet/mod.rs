@@ -38,6 +38,8 @@ mod routes;
 #[cfg(feature = "cli")]
 mod server;
 #[cfg(feature = "cli")]
+mod spdyconn;
+#[cfg(feature = "cli")]
 pub mod stats;
 #[cfg(feature = "cli")]
 pub mod subject;

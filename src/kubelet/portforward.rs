@@ -20,9 +20,11 @@
 use super::http::Request;
 use super::netns_dial::{self, Dialer};
 use super::portforward_streams::{Added, Pairs};
-use super::remotecommand::{self, Conn, OwnedFrame};
+
+use super::server;
 use super::server::{State, Tls};
 use super::spdy;
+use super::spdyconn::{self, Conn, OwnedFrame};
 use super::{portforward_ws, wsconn};
 use crate::localsync::generator_output::{self, GeneratedPod};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
@@ -68,21 +70,21 @@ pub(super) fn port_forward(state: &State, stream: &mut Tls, req: &Request, rest:
     let parts: Vec<&str> = rest.split('/').collect();
     let (ns, name) = match parts[..] {
         [ns, pod] | [ns, pod, _] if !ns.is_empty() && !pod.is_empty() => (ns, pod),
-        _ => return remotecommand::refuse(stream, req, 404, "404 page not found\n"),
+        _ => return server::refuse(stream, req, 404, "404 page not found\n"),
     };
     if req.method != "POST" && req.method != "GET" {
-        return remotecommand::refuse(stream, req, 405, "405 method not allowed\n");
+        return server::refuse(stream, req, 405, "405 method not allowed\n");
     }
     let pods = super::routes::generated_pods(state);
     let Some(pod) = pods
         .iter()
         .find(|p| p.key.namespace == ns && p.key.name == name)
     else {
-        return remotecommand::refuse(stream, req, 404, "pod does not exist\n");
+        return server::refuse(stream, req, 404, "pod does not exist\n");
     };
     let uid = parts.get(2).copied().unwrap_or("");
     if !uid.is_empty() && pod.uid.as_deref() != Some(uid) {
-        return remotecommand::refuse(stream, req, 404, "pod not found\n");
+        return server::refuse(stream, req, 404, "pod not found\n");
     }
     let mut target = Target {
         pod: format!("{ns}/{name}"),
@@ -95,7 +97,7 @@ pub(super) fn port_forward(state: &State, stream: &mut Tls, req: &Request, rest:
     if wsconn::is_websocket(req) {
         let ports = match portforward_ws::ports(req) {
             Ok(p) => p,
-            Err(m) => return remotecommand::refuse(stream, req, 400, &m),
+            Err(m) => return server::refuse(stream, req, 400, &m),
         };
         let protocol = match wsconn::upgrade(stream, req, &wsconn::PORT_FORWARD_PROTOCOLS) {
             Ok(p) => p,
@@ -106,7 +108,7 @@ pub(super) fn port_forward(state: &State, stream: &mut Tls, req: &Request, rest:
         conn.close();
         return false;
     }
-    if let Err(keep) = remotecommand::upgrade(stream, req, &[PROTOCOL]) {
+    if let Err(keep) = spdyconn::upgrade(stream, req, &[PROTOCOL]) {
         return keep;
     }
     let mut conn = Conn::new(stream);
@@ -294,7 +296,7 @@ fn frame(
         OwnedFrame::Ping(id) => conn.send(&spdy::ping(id))?,
         OwnedFrame::GoAway => return Ok(false),
         OwnedFrame::SynStream { stream, block } => {
-            let headers = conn.inflate.block(&block).map_err(remotecommand::bad)?;
+            let headers = conn.inflate.block(&block).map_err(server::bad)?;
             match pairs.add(stream, &headers, Instant::now()) {
                 Added::Reset(_) => conn.send(&spdy::rst_stream(stream, spdy::CANCEL))?,
                 Added::Refused => conn.send(&spdy::rst_stream(stream, spdy::REFUSED_STREAM))?,

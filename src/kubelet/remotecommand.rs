@@ -15,14 +15,14 @@
 //! so a client that never reads or a command that never reads costs a few buffers, nothing more.
 
 use super::channels::{self, Channel, Channels, Event, Spdy};
-use super::http::{self, Request};
-use super::server::{State, Tls};
-use super::spdy::headers::{Deflater, Inflater};
-use super::spdy::{self, Frame};
+use super::http::Request;
+use super::server::{self, State, Tls};
+use super::spdyconn::{Conn, Wanted, open_streams, upgrade};
+
 use super::wsconn;
 use crate::exec::{self, Exit, Stdio};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-use std::io::{self, Read, Write};
+use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::time::{Duration, Instant};
 
@@ -32,8 +32,6 @@ pub const PROTOCOLS: [&str; 3] = [
     "v3.channel.k8s.io",
     "v2.channel.k8s.io",
 ];
-/// How long the client has to open its streams (the kubelet's default).
-const STREAM_CREATION_TIMEOUT: Duration = Duration::from_secs(30);
 /// A session with no traffic either way for this long is closed (the kubelet's default).
 const IDLE_TIMEOUT: Duration = Duration::from_secs(4 * 3600);
 /// After the command ended, how long its output may keep coming (children holding the pipes).
@@ -42,8 +40,6 @@ const DRAIN: Duration = Duration::from_secs(1);
 const STDIN_BACKLOG: usize = 64 * 1024;
 /// Output read from the command per frame (spdystream's own chunk).
 const CHUNK: usize = 32 * 1024;
-/// The most streams a client may open on one connection.
-const MAX_STREAMS: usize = 8;
 
 /// What the request asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -99,21 +95,6 @@ pub fn stream_flags(req: &Request) -> Result<Options, String> {
     Ok(o)
 }
 
-/// The protocol to speak: the first of the client's (`X-Stream-Protocol-Version`, each header
-/// line one or more, comma-separated) that this server has (`supported`).
-pub fn negotiate(req: &Request, supported: &[&'static str]) -> Option<&'static str> {
-    let offered: Vec<&str> = req
-        .headers
-        .iter()
-        .filter(|(n, _)| n == "x-stream-protocol-version")
-        .flat_map(|(_, v)| v.split(','))
-        .map(str::trim)
-        .collect();
-    offered
-        .iter()
-        .find_map(|o| supported.iter().find(|p| *p == o).copied())
-}
-
 /// Whether `protocol` carries how the command ended as a `metav1.Status` in JSON (the kubelet's
 /// `v4WriteStatusFunc`), over SPDY or WebSocket; the older ones carry an error's text only.
 fn json_status(protocol: &str) -> bool {
@@ -162,23 +143,10 @@ pub fn status_message(protocol: &str, argv: &[String], r: &Result<Exit, String>)
     serde_json::to_vec(&body).expect("serializable")
 }
 
-/// A plain-text answer to a request that is not upgraded; whether the connection may carry
-/// another.
-pub(super) fn refuse(stream: &mut Tls, req: &Request, status: u16, msg: &str) -> bool {
-    http::write_response(
-        stream,
-        status,
-        super::routes::TEXT,
-        msg.as_bytes(),
-        req.close,
-    )
-    .is_ok()
-}
-
 /// Serves the request; returns whether the connection may carry another (never, once
 /// upgraded).
 pub(super) fn exec(state: &State, stream: &mut Tls, req: &Request, rest: &str) -> bool {
-    let reply = |stream: &mut Tls, status: u16, msg: &str| refuse(stream, req, status, msg);
+    let reply = |stream: &mut Tls, status: u16, msg: &str| server::refuse(stream, req, status, msg);
     let Some((ns, name, container)) = container_path(rest) else {
         return reply(stream, 404, "404 page not found\n");
     };
@@ -213,7 +181,7 @@ pub(super) fn exec(state: &State, stream: &mut Tls, req: &Request, rest: &str) -
         Err(keep) => return keep,
     };
     let mut conn = Conn::new(stream);
-    match open_streams(&mut conn, &opts, protocol) {
+    match open_streams(&mut conn, &wanted(&opts, protocol)) {
         Ok(Some(streams)) => {
             let mut ch = Spdy { conn, streams };
             let _ = serve(&mut ch, &unit, names, protocol, &opts);
@@ -233,217 +201,6 @@ pub(super) fn container_path(rest: &str) -> Option<(&str, &str, &str)> {
         }
         _ => None,
     }
-}
-
-/// Switches the connection to SPDY/3.1 speaking one of `supported`; else answers why not and
-/// returns whether the connection may carry another request.
-pub(super) fn upgrade(
-    stream: &mut Tls,
-    req: &Request,
-    supported: &[&'static str],
-) -> Result<&'static str, bool> {
-    let reply = |stream: &mut Tls, status: u16, msg: &str| refuse(stream, req, status, msg);
-    let spdy = req
-        .header("upgrade")
-        .is_some_and(|u| u.eq_ignore_ascii_case("SPDY/3.1"));
-    if !spdy {
-        return Err(reply(stream, 400, "Upgrade request required\n"));
-    }
-    let Some(protocol) = negotiate(req, supported) else {
-        let msg = format!(
-            "unable to upgrade: unable to negotiate protocol: client supports {:?}, server \
-             supports {supported:?}\n",
-            req.header("x-stream-protocol-version").unwrap_or("")
-        );
-        return Err(reply(stream, 403, &msg));
-    };
-    let head = format!(
-        "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\n\
-         X-Stream-Protocol-Version: {protocol}\r\n\r\n"
-    );
-    if stream.write_all(head.as_bytes()).is_err() || stream.flush().is_err() {
-        return Err(false);
-    }
-    Ok(protocol)
-}
-
-/// The streams a session uses, by their SPDY ids.
-#[derive(Debug, Default, Clone, Copy)]
-pub(super) struct Streams {
-    pub error: Option<u32>,
-    pub stdin: Option<u32>,
-    pub stdout: Option<u32>,
-    pub stderr: Option<u32>,
-    pub resize: Option<u32>,
-}
-
-impl Streams {
-    fn complete(&self, o: &Options, protocol: &str) -> bool {
-        let resize = !o.tty || protocol == PROTOCOLS[2];
-        self.error.is_some()
-            && (!o.stdin || self.stdin.is_some())
-            && (!o.stdout || self.stdout.is_some())
-            && (!o.stderr || o.tty || self.stderr.is_some())
-            && (resize || self.resize.is_some())
-    }
-}
-
-/// The upgraded connection: frames in and out over TLS.
-pub(super) struct Conn<'a> {
-    pub tls: &'a mut Tls,
-    inbuf: Vec<u8>,
-    pub inflate: Inflater,
-    pub deflate: Deflater,
-    streams: usize,
-    pub eof: bool,
-}
-
-pub(super) fn bad(m: impl std::fmt::Debug) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidData, format!("{m:?}"))
-}
-
-impl<'a> Conn<'a> {
-    pub fn new(tls: &'a mut Tls) -> Self {
-        Conn {
-            tls,
-            inbuf: Vec::new(),
-            inflate: Inflater::default(),
-            deflate: Deflater::default(),
-            streams: 0,
-            eof: false,
-        }
-    }
-
-    pub fn send(&mut self, frame: &[u8]) -> io::Result<()> {
-        self.tls.write_all(frame)?;
-        self.tls.flush()
-    }
-
-    /// Reads what the socket has (blocking until something arrives when it has nothing);
-    /// false once the client has closed its side.
-    pub fn fill(&mut self) -> io::Result<bool> {
-        fill(self.tls, &mut self.inbuf, &mut self.eof)
-    }
-
-    /// The next whole frame in the buffer, copied out of it (`handle` gets it by value).
-    pub fn next_frame(&mut self) -> io::Result<Option<OwnedFrame>> {
-        let Some((frame, used)) = spdy::parse(&self.inbuf).map_err(bad)? else {
-            return Ok(None);
-        };
-        let owned = OwnedFrame::from(frame);
-        self.inbuf.drain(..used);
-        Ok(Some(owned))
-    }
-
-    /// Answers what needs no session (PING, new streams) and returns the rest.
-    pub fn control(
-        &mut self,
-        f: OwnedFrame,
-        streams: &mut Streams,
-    ) -> io::Result<Option<OwnedFrame>> {
-        match f {
-            OwnedFrame::Ping(id) => self.send(&spdy::ping(id)).map(|_| None),
-            OwnedFrame::SynStream { stream, block } => {
-                let headers = self.inflate.block(&block).map_err(bad)?;
-                let kind = headers
-                    .iter()
-                    .find(|(n, _)| n == "streamtype")
-                    .map(|(_, v)| v.as_str());
-                self.streams += 1;
-                let slot = match kind {
-                    Some("error") => &mut streams.error,
-                    Some("stdin") => &mut streams.stdin,
-                    Some("stdout") => &mut streams.stdout,
-                    Some("stderr") => &mut streams.stderr,
-                    Some("resize") => &mut streams.resize,
-                    _ => {
-                        return self
-                            .send(&spdy::rst_stream(stream, spdy::REFUSED_STREAM))
-                            .map(|_| None);
-                    }
-                };
-                if slot.is_some() || self.streams > MAX_STREAMS {
-                    return self
-                        .send(&spdy::rst_stream(stream, spdy::REFUSED_STREAM))
-                        .map(|_| None);
-                }
-                *slot = Some(stream);
-                let block = self.deflate.block(&[]);
-                self.send(&spdy::syn_reply(stream, false, &block))
-                    .map(|_| None)
-            }
-            OwnedFrame::GoAway => Err(io::ErrorKind::ConnectionAborted.into()),
-            other => Ok(Some(other)),
-        }
-    }
-
-    pub fn close(&mut self) {
-        let _ = self.send(&spdy::goaway(0));
-        self.tls.conn.send_close_notify();
-        while self.tls.conn.wants_write() {
-            if self.tls.conn.write_tls(&mut self.tls.sock).is_err() {
-                break;
-            }
-        }
-    }
-}
-
-/// A frame the session acts on, out of the read buffer.
-pub(super) enum OwnedFrame {
-    SynStream {
-        stream: u32,
-        block: Vec<u8>,
-    },
-    Data {
-        stream: u32,
-        fin: bool,
-        data: Vec<u8>,
-    },
-    RstStream(u32),
-    Ping(u32),
-    GoAway,
-    Ignored,
-}
-
-impl From<Frame<'_>> for OwnedFrame {
-    fn from(f: Frame<'_>) -> Self {
-        match f {
-            Frame::SynStream { stream, block, .. } => OwnedFrame::SynStream {
-                stream,
-                block: block.to_vec(),
-            },
-            Frame::Data { stream, fin, data } => OwnedFrame::Data {
-                stream,
-                fin,
-                data: data.to_vec(),
-            },
-            Frame::RstStream { stream, .. } => OwnedFrame::RstStream(stream),
-            Frame::Ping(id) => OwnedFrame::Ping(id),
-            Frame::GoAway { .. } => OwnedFrame::GoAway,
-            _ => OwnedFrame::Ignored,
-        }
-    }
-}
-
-/// Reads what the TLS socket has into `inbuf` (blocking until something arrives when it has
-/// nothing); false, and `eof` set, once the client has closed its side.
-pub(super) fn fill(tls: &mut Tls, inbuf: &mut Vec<u8>, eof: &mut bool) -> io::Result<bool> {
-    let n = tls.conn.read_tls(&mut tls.sock)?;
-    if n == 0 {
-        *eof = true;
-        return Ok(false);
-    }
-    let st = tls.conn.process_new_packets().map_err(io::Error::other)?;
-    let avail = st.plaintext_bytes_to_read();
-    let closed = st.peer_has_closed();
-    let at = inbuf.len();
-    inbuf.resize(at + avail, 0);
-    tls.conn.reader().read_exact(&mut inbuf[at..])?;
-    while tls.conn.wants_write() {
-        tls.conn.write_tls(&mut tls.sock)?;
-    }
-    *eof |= closed;
-    Ok(!closed)
 }
 
 fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
@@ -473,33 +230,15 @@ fn serve(
     channels::finish(ch, &msg)
 }
 
-/// The streams `o` asks for, as the client opens them all before it sends anything else; None
-/// when it closed the connection first.
-pub(super) fn open_streams(
-    conn: &mut Conn<'_>,
-    o: &Options,
-    protocol: &str,
-) -> io::Result<Option<Streams>> {
-    let mut streams = Streams::default();
-    let deadline = Instant::now() + STREAM_CREATION_TIMEOUT;
-    let _ = conn
-        .tls
-        .sock
-        .set_read_timeout(Some(STREAM_CREATION_TIMEOUT));
-    while !streams.complete(o, protocol) {
-        match conn.next_frame()? {
-            Some(f) => {
-                conn.control(f, &mut streams)?;
-            }
-            None if Instant::now() >= deadline => return Err(io::ErrorKind::TimedOut.into()),
-            None => {
-                if !conn.fill()? {
-                    return Ok(None);
-                }
-            }
-        }
+/// The SPDY streams `o` needs on `protocol`: stderr shares the terminal's stream with a TTY, and
+/// v2 has no resize stream.
+pub(super) fn wanted(o: &Options, protocol: &str) -> Wanted {
+    Wanted {
+        stdin: o.stdin,
+        stdout: o.stdout,
+        stderr: o.stderr && !o.tty,
+        resize: o.tty && protocol != PROTOCOLS[2],
     }
-    Ok(Some(streams))
 }
 
 /// Our ends of the command's pipes (with a terminal: its controlling side, for all three).
@@ -802,6 +541,8 @@ fn slot<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kubelet::http;
+    use crate::kubelet::spdyconn::negotiate;
 
     fn req(q: &str, protos: &[&str]) -> Request {
         let mut head = format!("POST /exec/default/web/main?{q} HTTP/1.1\r\n");

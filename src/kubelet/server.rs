@@ -1,10 +1,12 @@
 //! Starting the server, accepting connections and serving each on its own thread.
 
+use super::http::Request;
 use super::{auth, certificate, http, routes, stats, tls};
 use crate::common::config::KubeletServer;
 use crate::common::paths::Paths;
 use crate::kube::client::Client;
 use k8s_openapi::api::core::v1::NodeAddress;
+use std::io::{self, Read};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -170,6 +172,38 @@ fn accept_loop(listener: TcpListener, tls_cfg: Arc<rustls::ServerConfig>, state:
 }
 
 pub(super) type Tls = rustls::StreamOwned<rustls::ServerConnection, TcpStream>;
+
+/// A plain-text answer to a request that is not upgraded; whether the connection may carry
+/// another.
+pub(super) fn refuse(stream: &mut Tls, req: &Request, status: u16, msg: &str) -> bool {
+    http::write_response(stream, status, routes::TEXT, msg.as_bytes(), req.close).is_ok()
+}
+
+/// A protocol error in what the client sent.
+pub(super) fn bad(m: impl std::fmt::Debug) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, format!("{m:?}"))
+}
+
+/// Reads what the TLS socket has into `inbuf` (blocking until something arrives when it has
+/// nothing); false, and `eof` set, once the client has closed its side.
+pub(super) fn fill(tls: &mut Tls, inbuf: &mut Vec<u8>, eof: &mut bool) -> io::Result<bool> {
+    let n = tls.conn.read_tls(&mut tls.sock)?;
+    if n == 0 {
+        *eof = true;
+        return Ok(false);
+    }
+    let st = tls.conn.process_new_packets().map_err(io::Error::other)?;
+    let avail = st.plaintext_bytes_to_read();
+    let closed = st.peer_has_closed();
+    let at = inbuf.len();
+    inbuf.resize(at + avail, 0);
+    tls.conn.reader().read_exact(&mut inbuf[at..])?;
+    while tls.conn.wants_write() {
+        tls.conn.write_tls(&mut tls.sock)?;
+    }
+    *eof |= closed;
+    Ok(!closed)
+}
 
 fn serve_connection(tcp: TcpStream, cfg: Arc<rustls::ServerConfig>, state: &State) {
     let _ = tcp.set_read_timeout(Some(IO_TIMEOUT));

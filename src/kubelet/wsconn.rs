@@ -11,8 +11,8 @@
 
 use super::channels::{Channel, Channels, Event};
 use super::http::{self, Request};
-use super::remotecommand::{self, Options};
-use super::server::Tls;
+use super::remotecommand::Options;
+use super::server::{self, Tls};
 use super::websocket::{self, Assembler, Message, WsError};
 use sha1::{Digest, Sha1};
 use std::io::{self, Write};
@@ -158,7 +158,7 @@ impl<'a> WsConn<'a> {
     /// Reads what the socket has (blocking until something arrives when it has nothing);
     /// false once the client has closed its side.
     pub fn fill(&mut self) -> io::Result<bool> {
-        remotecommand::fill(self.tls, &mut self.inbuf, &mut self.eof)
+        server::fill(self.tls, &mut self.inbuf, &mut self.eof)
     }
 
     /// The next channel message out of what was read. Pings are answered; a close is answered
@@ -196,7 +196,7 @@ impl<'a> WsConn<'a> {
 
     fn fail(&mut self, e: WsError) -> io::Error {
         self.close_with(e.code());
-        remotecommand::bad(e)
+        server::bad(e)
     }
 
     fn close_with(&mut self, code: u16) {
@@ -325,6 +325,7 @@ impl Channels for WsChannels<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kubelet::remotecommand;
 
     fn req(method: &str, headers: &[(&str, &str)]) -> Request {
         let mut head = format!("{method} /exec/default/web/main?command=sh&stdout=1 HTTP/1.1\r\n");
