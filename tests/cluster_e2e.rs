@@ -132,8 +132,8 @@ fn cluster_mode_on_real_systemd() {
         );
 
         // The API server is killed mid-watch; meanwhile the web container is killed and restarted.
-        // The main process only (the API server is a single process either way): on this
-        // harness's cgroup v1 hosts, systemd's cgroup-wide kill was seen failing with EIO ("Failed
+        // The main process only (each is a single process either way): on this harness's cgroup
+        // v1 hosts, systemd's cgroup-wide kill was seen failing with EIO ("Failed
         // to send signal SIGKILL to auxiliary processes") while another test's machine ran a unit
         // of the same name.
         m.sh_ok("systemctl kill -s KILL --kill-whom=main fake-apiserver.service");
@@ -144,7 +144,7 @@ fn cluster_mode_on_real_systemd() {
             .then_some(())
         });
         m.sh_ok(&format!(
-            "systemctl kill -s KILL {}",
+            "systemctl kill -s KILL --kill-whom=main {}",
             ctr_unit("default", "web", "main")
         ));
         m.wait_for("web restarted by systemd", SOON, || {

@@ -248,7 +248,9 @@ spec:
     // The app container dies and is restarted: init containers do not run again, the sibling
     // keeps running.
     let app_unit = ctr_unit(NS, "init", "app");
-    m.sh_ok(&format!("systemctl kill --signal=KILL -- {app_unit}"));
+    m.sh_ok(&format!(
+        "systemctl kill --signal=KILL --kill-whom=main -- {app_unit}"
+    ));
     m.wait_for("the app to be restarted", RESTARTS, || {
         (app.starts() >= 2).then_some(())
     });

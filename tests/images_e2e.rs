@@ -139,7 +139,9 @@ fn busybox_v2() -> oci::Image {
 fn move_tag_and_restart(m: &Machine, images: &Images, unit: &str) -> String {
     let v2 = busybox_v2();
     registry::in_machine_network(m, || images.reg.push("library/busybox", "latest", &v2));
-    m.sh_ok(&format!("systemctl kill --signal=KILL {unit}"));
+    m.sh_ok(&format!(
+        "systemctl kill --signal=KILL --kill-whom=main {unit}"
+    ));
     m.wait_for("the pod on the moved tag", SOON * 3, || {
         journal(m, unit).contains("running-v2").then_some(())
     });
@@ -434,7 +436,9 @@ fn local_always_images_are_asked_for_again_at_each_start() {
     drop(images);
     let runs = |m: &Machine| journal(m, &unit).matches("running-v2").count();
     let before = runs(&m);
-    m.sh_ok(&format!("systemctl kill --signal=KILL {unit}"));
+    m.sh_ok(&format!(
+        "systemctl kill --signal=KILL --kill-whom=main {unit}"
+    ));
     m.wait_for("a restart without the registry", SOON * 2, || {
         (runs(&m) > before && m.prop(&unit, "ActiveState") == "active").then_some(())
     });
