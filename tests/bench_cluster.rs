@@ -26,6 +26,7 @@ use serde_json::json;
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use support::api::{self, API_DIR, admin, join_machine_network};
+use support::mem::{anon_by_kind, file_by_name};
 use support::nspawn::Machine;
 use support::pods::{SOON, active_since, ctr_unit, pod_unit, wait_state};
 
@@ -474,6 +475,8 @@ fn main() {
                 status_kb(&m, &pid, "RssFile:"),
             );
             let wall = t0.elapsed().as_secs_f64();
+            let anon_kinds = anon_by_kind(&m, &pid);
+            let file_names = file_by_name(&m, &pid);
             let threads: Vec<String> = thread_ticks(&m, &pid)
                 .into_iter()
                 .filter_map(|(t, v)| {
@@ -573,6 +576,10 @@ fn main() {
             );
             println!("{:<40} {:>10}", "API requests while idle", requests);
             println!("  CPU by thread while idle: {}", threads.join(", "));
+            let names: Vec<String> = threads0.keys().cloned().collect();
+            println!("  {} threads: {}", names.len(), names.join(", "));
+            println!("  anonymous: {anon_kinds}");
+            println!("  file pages: {file_names}");
         })
         .join()
         .unwrap_or_else(|_| panic!("{}", m.diagnostics()));

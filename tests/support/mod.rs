@@ -3,6 +3,7 @@
 
 pub mod api;
 pub mod controlplane;
+pub mod mem;
 pub mod nspawn;
 pub mod pods;
 pub mod registry;
