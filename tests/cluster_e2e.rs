@@ -136,7 +136,7 @@ fn cluster_mode_on_real_systemd() {
         // v1 hosts, systemd's cgroup-wide kill was seen failing with EIO ("Failed
         // to send signal SIGKILL to auxiliary processes") while another test's machine ran a unit
         // of the same name.
-        m.sh_ok("systemctl kill -s KILL --kill-whom=main fake-apiserver.service");
+        api::kill(&m);
         m.wait_for("the API server to be gone", SOON, || {
             (!m.exec(&["bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/6443"])
                 .status

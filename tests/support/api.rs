@@ -28,12 +28,12 @@ pub fn install(m: &Machine) {
 /// Starts (or restarts) the double as a transient unit on port 6443 for node `node`, with
 /// `args` added to its command line, and waits until it answers.
 pub fn start(m: &Machine, node: &str, args: &str) {
-    // A restart right after a kill can find the old transient unit still loaded (stopping, or
-    // failed and not yet collected): retry until systemd takes the new one.
+    // Each start is a unit of its own name: after a kill, systemd can keep the old unit loaded
+    // for minutes (on cgroup v1 hosts it was seen waiting out its stop timeouts for a cgroup
+    // that never reported empty), and a second unit of that name is refused meanwhile.
     let run = format!(
-        "systemctl reset-failed fake-apiserver.service 2>/dev/null; \
-         systemd-run --unit=fake-apiserver --collect /usr/local/bin/fake-apiserver --dir {API_DIR} \
-         --port 6443 --node {node} {args}"
+        "systemd-run --unit=fake-apiserver-$(date +%s%N) --collect /usr/local/bin/fake-apiserver \
+         --dir {API_DIR} --port 6443 --node {node} {args}"
     );
     m.wait_for("systemd to start the API server", SOON, || {
         m.sh(&run).status.success().then_some(())
@@ -45,6 +45,11 @@ pub fn start(m: &Machine, node: &str, args: &str) {
                 .success())
         .then_some(())
     });
+}
+
+/// Kills the double (its main process: it is a single process) wherever it was started.
+pub fn kill(m: &Machine) {
+    m.sh_ok("systemctl kill -s KILL --kill-whom=main 'fake-apiserver-*.service'");
 }
 
 /// The host pid of a process whose network namespace is `netns` (`net:[<inode>]`).
