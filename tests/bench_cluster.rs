@@ -236,12 +236,6 @@ fn thread_ticks(m: &Machine, pid: &str) -> BTreeMap<String, u64> {
         .collect()
 }
 
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_default()
-}
-
 fn main() {
     let idle_secs: u64 = std::env::var("BENCH_IDLE_SECS")
         .ok()
@@ -360,7 +354,7 @@ fn main() {
             let sync_pid = m.sh_ok("systemctl show -p MainPID --value podunit-sync.service");
             let (sync_ticks0, rss_before_burst, _) = sync_usage(&m, sync_pid.trim());
             let pid1_ticks0 = sync_usage(&m, "1").0;
-            let load_before = load_average();
+            let load_before = support::load_average();
 
             // The burst: every pod created back to back.
             let mut created: BTreeMap<String, i64> = BTreeMap::new();
@@ -418,7 +412,7 @@ fn main() {
                 std::thread::sleep(Duration::from_millis(500));
             };
             assert_eq!(ready, PODS);
-            let load_burst = load_average();
+            let load_burst = support::load_average();
             let sync_burst_s = (sync_usage(&m, sync_pid.trim()).0 - sync_ticks0) as f64 / clk_tck as f64;
             let pid1_burst_s = (sync_usage(&m, "1").0 - pid1_ticks0) as f64 / clk_tck as f64;
             let reload_at: Vec<i64> = reload_times(&m).split_off(reloads_before);
@@ -464,7 +458,7 @@ fn main() {
                 .read_string(ACCESS_LOG)
                 .map(|l| l.lines().count())
                 .unwrap_or(0);
-            let load_idle_before = load_average();
+            let load_idle_before = support::load_average();
             let threads0 = thread_ticks(&m, &pid);
             let (t0_ticks, _, _) = sync_usage(&m, &pid);
             let t0 = Instant::now();
@@ -484,7 +478,7 @@ fn main() {
                     (d > 0).then(|| format!("{t}: {} ms", d * 1000 / clk_tck))
                 })
                 .collect();
-            let load_idle = load_average();
+            let load_idle = support::load_average();
             let requests = m
                 .read_string(ACCESS_LOG)
                 .map(|l| l.lines().count())

@@ -173,16 +173,6 @@ fn pull_and_unpack(served: &Served, pull: bool, unpack: bool) {
     }
 }
 
-/// The load average (1, 5, 15 min), for the record next to the numbers.
-fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .unwrap_or_default()
-        .split_whitespace()
-        .take(3)
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
 /// `tar -xf` of each file of `tars` into a fresh directory `layer<i>` of `into`.
 fn untar(tars: &[PathBuf], into: &Path) {
     for (i, f) in tars.iter().enumerate() {
@@ -252,7 +242,7 @@ fn pull_bench(served: &Served) {
     let (mut pull, mut sko_tar, mut sko_tar_sync) = (Vec::new(), Vec::new(), Vec::new());
     println!(
         "pull rounds: {RUNS}, load average at the start {}",
-        loadavg()
+        support::load_average()
     );
     for _ in 0..RUNS {
         let client = Client::new(settings.clone(), keyring.clone());
@@ -294,7 +284,7 @@ fn pull_bench(served: &Served) {
             times.push(t.elapsed());
         }
     }
-    println!("load average at the end {}", loadavg());
+    println!("load average at the end {}", support::load_average());
     let row = |what: &str, ours: &[Duration], base: &str, theirs: &[Duration]| {
         println!(
             "{what:<6} podunit {:>7.3} s   {base:<26} {:>7.3} s   ratio {:.2}",

@@ -27,12 +27,6 @@ const NODE: &str = "bench-kubelet";
 const PORT: u16 = 10250;
 const LINE_BYTES: usize = 100;
 
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_default()
-}
-
 fn config(m: &Machine, extra: &str) {
     m.write(
         "/etc/podunit/config.yaml",
@@ -71,7 +65,7 @@ fn memory(m: &Machine, what: &str) {
         field("RssAnon:"),
         field("RssFile:"),
         field("Threads:"),
-        load_average()
+        support::load_average()
     );
     println!("{:<34} {}", "", anon_by_kind(m, &pid));
 }
@@ -198,7 +192,7 @@ fn main() {
             rate(bytes, lines, best),
             best,
             ticks as f64 / 100.0,
-            load_average()
+            support::load_average()
         );
     };
     let pid = sync_pid(&m);
