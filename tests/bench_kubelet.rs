@@ -78,15 +78,10 @@ fn curl(cp: &ControlPlane) -> String {
 
 /// Runs a host shell script in the machine's network namespace; returns stdout.
 fn in_net(m: &Machine, script: &str) -> String {
-    let out = std::process::Command::new("nsenter")
-        .arg(format!("--net=/proc/{}/ns/net", m.leader()))
-        .args(["--", "sh", "-c", script])
-        .output()
-        .expect("run nsenter");
-    assert!(
-        out.status.success(),
-        "`{script}` failed: {}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = support::run_ok(
+        std::process::Command::new("nsenter")
+            .arg(format!("--net=/proc/{}/ns/net", m.leader()))
+            .args(["--", "sh", "-c", script]),
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }

@@ -51,15 +51,7 @@ fn node_csrs(cp: &ControlPlane) -> Vec<(String, Value)> {
 
 /// `openssl` on the host with `args`, which must succeed; its stdout.
 fn openssl(args: &[&str]) -> String {
-    let out = std::process::Command::new("openssl")
-        .args(args)
-        .output()
-        .expect("run openssl");
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = crate::support::run_ok(std::process::Command::new("openssl").args(args));
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 

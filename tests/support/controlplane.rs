@@ -14,7 +14,7 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use base64::Engine;
@@ -23,6 +23,7 @@ use podunit::kube::kubeconfig::Credentials;
 use serde_json::json;
 
 use super::nspawn::Machine;
+use super::run_ok;
 
 /// Where tests/controlplane/install.sh puts the kube-apiserver; `PODUNIT_TEST_KUBERNETES` overrides.
 pub const DEFAULT_KUBERNETES: &str = "/var/cache/podunit-test/kubernetes-v1.20.2";
@@ -73,18 +74,6 @@ fn tool(name: &str) -> PathBuf {
         "{name} not found: run tests/controlplane/install.sh"
     );
     PathBuf::from(path)
-}
-
-fn run_ok(cmd: &mut Command) -> Output {
-    let out = cmd.output().unwrap_or_else(|e| panic!("run {cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed ({}):\n{}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
 }
 
 /// A certificate authority and the certificates signed by it, made with the openssl CLI.
