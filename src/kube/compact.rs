@@ -27,7 +27,8 @@ impl<T: Serialize + DeserializeOwned> Compact<T> {
 
     /// The object as it was stored.
     pub fn get(&self) -> T {
-        serde_json::from_str(&self.json)
+        crate::manifest::unknown::from_json(self.json.as_bytes())
+            .map(|(v, _)| v)
             .expect("an object reads back from the JSON it was written to")
     }
 }

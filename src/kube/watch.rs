@@ -3,8 +3,11 @@
 //! meaningful) and `ERROR`s carrying a `Status` (410 Expired: the resourceVersion is too old).
 
 use super::error::ApiError;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::WatchEvent;
+use crate::manifest::unknown::from_json;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
+use serde::Deserialize;
 use serde::de::DeserializeOwned;
+use serde_json::value::RawValue;
 use std::io::{BufRead, BufReader, Read};
 use std::marker::PhantomData;
 
@@ -21,21 +24,51 @@ pub enum Event<T> {
     Bookmark(String),
 }
 
+/// One line of a watch stream, its object left as text: k8s-openapi's `WatchEvent` goes through a
+/// `serde_json::Value`, which would be one more copy of the Pod decoder in the binary
+/// (`manifest::unknown::from_json`) and a tree built for every event.
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(borrow)]
+    object: &'a RawValue,
+}
+
+#[derive(Deserialize)]
+struct Bookmark {
+    metadata: BookmarkMeta,
+}
+
+#[derive(Deserialize)]
+struct BookmarkMeta {
+    #[serde(rename = "resourceVersion")]
+    resource_version: String,
+}
+
 /// Decodes one line of a watch stream. An `ERROR` event becomes `Err` (410 for an expired version).
 pub fn decode<T: DeserializeOwned>(line: &[u8]) -> Result<Event<T>, ApiError> {
-    let ev: WatchEvent<T> =
-        serde_json::from_slice(line).map_err(|e| ApiError::Decode(format!("watch event: {e}")))?;
-    match ev {
-        WatchEvent::Added(o) => Ok(Event::Added(o)),
-        WatchEvent::Modified(o) => Ok(Event::Modified(o)),
-        WatchEvent::Deleted(o) => Ok(Event::Deleted(o)),
-        WatchEvent::Bookmark {
-            resource_version, ..
-        } => Ok(Event::Bookmark(resource_version)),
-        WatchEvent::ErrorStatus(s) => Err(ApiError::from_watch_status(s)),
-        WatchEvent::ErrorOther(o) => Err(ApiError::Decode(format!(
-            "watch error event: {}",
-            serde_json::to_string(&o.0).unwrap_or_default()
+    let bad = |e: serde_json::Error| ApiError::Decode(format!("watch event: {e}"));
+    let ev: Envelope = serde_json::from_slice(line).map_err(bad)?;
+    let object = ev.object.get().as_bytes();
+    let typed = || from_json::<T>(object).map(|(o, _)| o).map_err(bad);
+    match ev.kind.as_str() {
+        "ADDED" => Ok(Event::Added(typed()?)),
+        "MODIFIED" => Ok(Event::Modified(typed()?)),
+        "DELETED" => Ok(Event::Deleted(typed()?)),
+        "BOOKMARK" => {
+            let (b, _) = from_json::<Bookmark>(object).map_err(bad)?;
+            Ok(Event::Bookmark(b.metadata.resource_version))
+        }
+        "ERROR" => match from_json::<Status>(object) {
+            Ok((s, _)) => Err(ApiError::from_watch_status(s)),
+            Err(_) => Err(ApiError::Decode(format!(
+                "watch error event: {}",
+                ev.object.get()
+            ))),
+        },
+        other => Err(ApiError::Decode(format!(
+            "watch event of unknown type {other:?}"
         ))),
     }
 }

@@ -173,9 +173,7 @@ fn push_line(s: &mut String, line: &str) {
 
 /// `value` of type `T`, if it deserializes from `doc` with no field left unknown.
 fn typed<T: DeserializeOwned>(doc: &str) -> Option<T> {
-    let mut de = serde_json::Deserializer::from_str(doc);
-    let (value, unknown) = super::unknown::deserialize::<T, _>(&mut de).ok()?;
-    de.end().ok()?;
+    let (value, unknown) = super::unknown::from_json::<T>(doc.as_bytes()).ok()?;
     (!unknown).then_some(value)
 }
 

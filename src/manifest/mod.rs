@@ -8,7 +8,7 @@ pub mod fast;
 pub mod parse;
 pub mod placement;
 pub mod typeerr;
-mod unknown;
+pub(crate) mod unknown;
 pub mod validate;
 
 use crate::common::diag::Problem;

@@ -226,23 +226,31 @@ fn typed<T: DeserializeOwned>(
     unknown: UnknownFields,
     problems: &mut Vec<Problem>,
 ) -> Option<T> {
-    let mut ignored = Vec::new();
-    let result = {
-        let mut record = |p: serde_ignored::Path<'_>| ignored.push(ignored_path(&p));
-        T::deserialize(serde_ignored::Deserializer::new(&doc, &mut record))
-    };
-    // Tracking the path of every value costs as much as the rest of the deserialization: it is
-    // done again, only for a document that failed, to say where and what, for every error the
-    // document has (see typeerr).
-    let result = result.map_err(|first| {
-        let found = super::typeerr::find::<T>(&doc);
-        ignored = found.unknown;
-        if found.errors.is_empty() {
-            vec![(".".to_string(), first.to_string())]
-        } else {
-            found.errors
+    // A clean document is decoded as JSON text, the way every other object is (one copy of each
+    // type's decoder in the binaries, see `unknown::from_json`); writing the tree out costs a
+    // fraction of having read it from YAML. Only a document with something to say is read again
+    // from the tree, tracking paths, to say where (and, for type errors, every one: typeerr).
+    let first = serde_json::to_vec(&doc)
+        .map_err(|e| e.to_string())
+        .and_then(|json| super::unknown::from_json::<T>(&json).map_err(|e| e.to_string()));
+    let (result, ignored) = match first {
+        Ok((v, false)) => (Ok(v), Vec::new()),
+        Ok((v, true)) => (Ok(v), super::typeerr::find::<T>(&doc).unknown),
+        Err(first) => {
+            let found = super::typeerr::find::<T>(&doc);
+            let errors = if found.errors.is_empty() {
+                // Where in the re-written text means nothing to the manifest's author.
+                let first = match first.rfind(" at line ") {
+                    Some(i) => first[..i].to_string(),
+                    None => first,
+                };
+                vec![(".".to_string(), first)]
+            } else {
+                found.errors
+            };
+            (Err(errors), found.unknown)
         }
-    });
+    };
     for path in ignored {
         let p = if root.as_str().is_empty() {
             path

@@ -17,8 +17,22 @@ use serde::de::{
 use std::cell::Cell;
 use std::fmt;
 
+/// `T` from one JSON document, and whether any field of it, at any depth, was unknown to its type.
+///
+/// Every JSON decode of the API's objects in podunit goes through here: the API server's
+/// responses and watch events, the agent's compact copies, the spool and `.json` manifests. Each
+/// way of driving serde (a `&str` or a `&[u8]` reader, a `Value`, a wrapper) instantiates a whole
+/// copy of a type's decoder, and a Pod's is about 200 KB of machine code: one way, one copy
+/// (docs/benchmarks.md, podunit-sync's memory).
+pub fn from_json<T: de::DeserializeOwned>(json: &[u8]) -> Result<(T, bool), serde_json::Error> {
+    let mut de = serde_json::Deserializer::from_slice(json);
+    let decoded = deserialize(&mut de)?;
+    de.end()?;
+    Ok(decoded)
+}
+
 /// `T` from `de`, and whether any field of it, at any depth, was unknown to its type.
-pub fn deserialize<'de, T, D>(de: D) -> Result<(T, bool), D::Error>
+fn deserialize<'de, T, D>(de: D) -> Result<(T, bool), D::Error>
 where
     T: de::Deserialize<'de>,
     D: Deserializer<'de>,
@@ -267,12 +281,11 @@ impl<'de, A: VariantAccess<'de>> VariantAccess<'de> for Wrap<'_, A> {
 
 #[cfg(test)]
 mod tests {
-    use super::deserialize;
+    use super::from_json;
     use k8s_openapi::api::core::v1::Pod;
 
     fn flag(json: &str) -> bool {
-        let mut de = serde_json::Deserializer::from_str(json);
-        let (_, unknown): (Pod, bool) = deserialize(&mut de).unwrap();
+        let (_, unknown): (Pod, bool) = from_json(json.as_bytes()).unwrap();
         unknown
     }
 
