@@ -2,40 +2,94 @@
 use crate::common::paths::Paths;
 use crate::localsync::{self, Msg, Options, Syncer};
 use crate::systemd::{Client, notify::notify};
-use clap::Parser;
 use nix::sys::signal::{SigSet, Signal};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::mpsc;
 
-#[derive(Parser, Debug)]
-#[command(
-    name = "podunit-sync",
-    version,
-    about = "Start, restart and stop pods after each systemd daemon-reload"
-)]
+const USAGE: &str = "\
+Start, restart and stop pods after each systemd daemon-reload
+
+Usage: podunit-sync [OPTIONS]
+
+Options:
+      --generator-dir <GENERATOR_DIR>
+          The generator's output directory (default: /run/systemd/generator under PODUNIT_ROOT)
+      --state-file <STATE_FILE>
+          The state file (default: /var/lib/podunit/sync-state.json under PODUNIT_ROOT)
+      --once
+          Reconcile once and exit, without waiting for reloads
+  -h, --help
+          Print help
+  -V, --version
+          Print version
+";
+
+/// podunit-sync's command line. Parsed by hand: clap (the CLI's parser) would be a fifth of a
+/// megabyte of this long-running process's resident pages for three options.
+#[derive(Debug, Default, Clone, PartialEq)]
 pub struct Args {
-    /// The generator's output directory (default: /run/systemd/generator under PODUNIT_ROOT).
-    #[arg(long)]
     pub generator_dir: Option<PathBuf>,
-    /// The state file (default: /var/lib/podunit/sync-state.json under PODUNIT_ROOT).
-    #[arg(long)]
     pub state_file: Option<PathBuf>,
-    /// Reconcile once and exit, without waiting for reloads.
-    #[arg(long)]
     pub once: bool,
 }
 
+/// What the command line asks for: a run, or help / version text to print and exit.
+#[derive(Debug, PartialEq)]
+enum Parsed {
+    Run(Args),
+    Print(String),
+}
+
+fn parse(argv: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Parsed, String> {
+    let mut args = Args::default();
+    let mut it = argv.into_iter();
+    while let Some(a) = it.next() {
+        let a = a
+            .into_string()
+            .map_err(|a| format!("argument {a:?} is not valid UTF-8"))?;
+        let (flag, inline) = match a.split_once('=') {
+            Some((f, v)) if f.starts_with("--") => (f.to_string(), Some(v.to_string())),
+            _ => (a, None),
+        };
+        let mut value = |name: &str| -> Result<PathBuf, String> {
+            match inline.clone().map(Into::into).or_else(|| it.next()) {
+                Some(v) if !v.is_empty() => Ok(PathBuf::from(v)),
+                _ => Err(format!(
+                    "a value is required for '{name} <{}>'",
+                    name[2..].replace('-', "_").to_uppercase()
+                )),
+            }
+        };
+        match flag.as_str() {
+            "--generator-dir" => args.generator_dir = Some(value("--generator-dir")?),
+            "--state-file" => args.state_file = Some(value("--state-file")?),
+            "--once" if inline.is_none() => args.once = true,
+            "-h" | "--help" if inline.is_none() => return Ok(Parsed::Print(USAGE.to_string())),
+            "-V" | "--version" if inline.is_none() => {
+                return Ok(Parsed::Print(format!(
+                    "podunit-sync {}\n",
+                    env!("CARGO_PKG_VERSION")
+                )));
+            }
+            _ => return Err(format!("unexpected argument '{flag}'")),
+        }
+    }
+    Ok(Parsed::Run(args))
+}
+
 pub fn main() -> ExitCode {
-    let args = match Args::try_parse() {
-        Ok(a) => a,
+    let args = match parse(std::env::args_os().skip(1)) {
+        Ok(Parsed::Run(a)) => a,
+        Ok(Parsed::Print(text)) => {
+            print!("{text}");
+            return ExitCode::SUCCESS;
+        }
         Err(e) => {
-            let _ = e.print();
-            return if e.use_stderr() {
-                ExitCode::from(super::EXIT_USAGE)
-            } else {
-                ExitCode::SUCCESS
-            };
+            eprintln!(
+                "error: {e}\n\nUsage: podunit-sync [OPTIONS]\n\nFor more information, try '--help'."
+            );
+            return ExitCode::from(super::EXIT_USAGE);
         }
     };
     let mut opts = Options::from_paths(Paths::from_env());
@@ -173,4 +227,56 @@ pub fn main() -> ExitCode {
     };
     let _ = notify("STOPPING=1");
     ExitCode::from(u8::try_from(code).unwrap_or(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(argv: &[&str]) -> Result<Parsed, String> {
+        parse(argv.iter().map(Into::into))
+    }
+
+    #[test]
+    fn options_as_clap_took_them() {
+        assert_eq!(run(&[]), Ok(Parsed::Run(Args::default())));
+        let want = Args {
+            generator_dir: Some("/g".into()),
+            state_file: Some("/s.json".into()),
+            once: true,
+        };
+        for argv in [
+            &["--generator-dir", "/g", "--state-file", "/s.json", "--once"][..],
+            &["--once", "--generator-dir=/g", "--state-file=/s.json"],
+        ] {
+            assert_eq!(
+                run(argv),
+                Ok(Parsed::Run(Args { ..want.clone() })),
+                "{argv:?}"
+            );
+        }
+        assert!(
+            matches!(run(&["--help"]), Ok(Parsed::Print(t)) if t.contains("--state-file <STATE_FILE>"))
+        );
+        assert_eq!(
+            run(&["-V"]),
+            Ok(Parsed::Print(format!(
+                "podunit-sync {}\n",
+                env!("CARGO_PKG_VERSION")
+            )))
+        );
+    }
+
+    #[test]
+    fn mistakes_are_usage_errors() {
+        for argv in [
+            &["--bogus"][..],
+            &["--generator-dir"],
+            &["--generator-dir="],
+            &["--once=yes"],
+            &["extra"],
+        ] {
+            assert!(run(argv).is_err(), "{argv:?}");
+        }
+    }
 }
