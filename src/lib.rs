@@ -5,6 +5,9 @@
 //! writing unit trees, talking to systemd and to the API server live at the edges, in their own
 //! modules.
 
+// The one exception: src/localsync/heap.rs (malloc_trim).
+#![deny(unsafe_code)]
+
 // What the generator links (it builds the library without the `cli` feature): manifests in, units out.
 pub mod common;
 pub mod escape;

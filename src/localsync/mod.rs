@@ -5,6 +5,7 @@
 //! request is handled between two reconciles, never in the middle of writing the record.
 
 pub mod generator_output;
+pub mod heap;
 pub mod images;
 pub mod reconcile;
 pub mod statefile;
@@ -658,6 +659,8 @@ pub fn run(syncer: &mut Syncer, rx: mpsc::Receiver<Msg>) -> Result<i32, Error> {
             if let Some(m) = crate::manifest::cache::refresh_message(&syncer.opts.paths) {
                 log(&m);
             }
+            // A reconcile is this loop's burst: what it read and built is garbage now.
+            heap::release_free();
         }
     }
 }

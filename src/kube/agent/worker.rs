@@ -158,6 +158,7 @@ impl Worker {
     /// Runs until stopped, handling messages from `rx`.
     pub fn run(&mut self, rx: Receiver<Msg>) {
         let tick = Duration::from_millis(self.cfg.timing.reload_debounce_millis.clamp(50, 1000));
+        let mut heap = crate::localsync::heap::AfterWork::default();
         while !self.shared.stopping() {
             match rx.recv_timeout(tick) {
                 Ok(m) => {
@@ -168,8 +169,10 @@ impl Worker {
                         self.handle(m);
                     }
                     self.ref_cache = None;
+                    heap.worked();
                 }
-                Err(RecvTimeoutError::Timeout) => {}
+                // A whole tick without a message: whatever the burst was, it is over.
+                Err(RecvTimeoutError::Timeout) => heap.quiet(),
                 Err(RecvTimeoutError::Disconnected) => return,
             }
             self.tick();
