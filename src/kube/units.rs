@@ -256,12 +256,10 @@ pub struct Dbus {
 }
 
 impl Dbus {
-    /// Connects twice to the system manager: one connection for calls, one for the signal stream.
+    /// Calls and the signal stream on podunit-sync's one connection to the system manager.
     pub fn connect() -> Result<Dbus, String> {
         let client = crate::systemd::Client::system().map_err(|e| e.to_string())?;
-        let events = crate::systemd::Client::system()
-            .and_then(|c| c.events(true))
-            .map_err(|e| e.to_string())?;
+        let events = client.events(true).map_err(|e| e.to_string())?;
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             use crate::systemd::Event;

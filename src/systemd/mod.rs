@@ -85,6 +85,12 @@ fn ctx<T>(what: impl Into<String>, r: zbus::Result<T>) -> Result<T, Error> {
     })
 }
 
+/// systemd's answer to a second `Subscribe` on one connection.
+fn already_subscribed(e: &zbus::Error) -> bool {
+    matches!(e, zbus::Error::MethodError(name, _, _)
+        if name.as_str() == "org.freedesktop.systemd1.AlreadySubscribed")
+}
+
 /// What systemd tells a subscriber.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
@@ -125,11 +131,20 @@ const MODE: &str = "replace";
 const EVENT_QUEUE: usize = 256;
 
 impl Client {
-    /// Connects to the system bus.
+    /// The process's connection to the system bus, made on first use and shared by every
+    /// caller: each connection costs a zbus executor thread and its buffers, and podunit-sync
+    /// has several users (reconcile, the cluster agent's unit watch, probes, the kubelet API).
+    /// Calls from many threads interleave on one connection; each signal stream has its own
+    /// queue, drained by a thread of its own.
     pub fn system() -> Result<Self, Error> {
-        Ok(Client {
-            conn: ctx("connect to the system bus", Connection::system())?,
-        })
+        static SHARED: std::sync::Mutex<Option<Connection>> = std::sync::Mutex::new(None);
+        let mut shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(conn) = shared.as_ref() {
+            return Ok(Client { conn: conn.clone() });
+        }
+        let conn = ctx("connect to the system bus", Connection::system())?;
+        *shared = Some(conn.clone());
+        Ok(Client { conn })
     }
 
     /// One method call. Plain calls, no proxies: a zbus proxy would fetch and track the
@@ -180,7 +195,12 @@ impl Client {
             "AddMatch",
             MessageIterator::for_match_rule(rule, &self.conn, Some(EVENT_QUEUE)),
         )?;
-        self.manager::<_, ()>("Subscribe".into(), "Subscribe", &())?;
+        // Subscribing is per connection: the connection is shared, so another stream may have
+        // subscribed it already, which systemd answers with an error of its own.
+        match self.manager::<_, ()>("Subscribe".into(), "Subscribe", &()) {
+            Err(e) if already_subscribed(&e.source) => {}
+            r => r?,
+        }
         Ok(Events { iter })
     }
 
