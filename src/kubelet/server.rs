@@ -163,7 +163,11 @@ fn accept_loop(listener: TcpListener, tls_cfg: Arc<rustls::ServerConfig>, state:
             .stack_size(256 * 1024)
             .spawn(move || {
                 serve_connection(tcp, cfg, &state);
-                done.fetch_sub(1, Ordering::SeqCst);
+                // The last connection out: what the requests allocated (log pages, TLS and
+                // stats buffers) goes back to the system rather than staying in the heap.
+                if done.fetch_sub(1, Ordering::SeqCst) == 1 {
+                    crate::localsync::heap::release_free();
+                }
             });
         if spawned.is_err() {
             open.fetch_sub(1, Ordering::SeqCst);

@@ -5,7 +5,9 @@
 //! free chunks between the few long-lived ones, and those pages stay resident: with 110 pods idle,
 //! 3.1 MB in use held 5.9 MB (docs/benchmarks.md). `malloc_trim(0)` walks the free chunks and
 //! hands their whole pages back (`MADV_DONTNEED`); it costs a walk of the heap, well under a
-//! millisecond at this size, so it runs once after each burst, not on a timer.
+//! millisecond at this size, so it runs once after each burst, not on a timer: on the cluster
+//! agent's first quiet tick after work, after each local reconcile, and when the kubelet API's
+//! last open connection closes.
 
 /// Releases free heap pages; whether any were released.
 pub fn release_free() -> bool {
