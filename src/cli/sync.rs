@@ -52,18 +52,15 @@ fn parse(argv: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Parsed, S
             Some((f, v)) if f.starts_with("--") => (f.to_string(), Some(v.to_string())),
             _ => (a, None),
         };
-        let mut value = |name: &str| -> Result<PathBuf, String> {
+        let mut value = || -> Result<PathBuf, String> {
             match inline.clone().map(Into::into).or_else(|| it.next()) {
                 Some(v) if !v.is_empty() => Ok(PathBuf::from(v)),
-                _ => Err(format!(
-                    "a value is required for '{name} <{}>'",
-                    name[2..].replace('-', "_").to_uppercase()
-                )),
+                _ => Err(format!("a value is required for '{flag}'")),
             }
         };
         match flag.as_str() {
-            "--generator-dir" => args.generator_dir = Some(value("--generator-dir")?),
-            "--state-file" => args.state_file = Some(value("--state-file")?),
+            "--generator-dir" => args.generator_dir = Some(value()?),
+            "--state-file" => args.state_file = Some(value()?),
             "--once" if inline.is_none() => args.once = true,
             "-h" | "--help" if inline.is_none() => return Ok(Parsed::Print(USAGE.to_string())),
             "-V" | "--version" if inline.is_none() => {

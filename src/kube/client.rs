@@ -202,9 +202,7 @@ impl Client {
         if !(200..300).contains(&code) {
             return Err(status_error(code, &body));
         }
-        crate::manifest::unknown::from_json(&body)
-            .map(|(v, _)| v)
-            .map_err(|e| ApiError::Decode(e.to_string()))
+        crate::manifest::unknown::decode(&body).map_err(|e| ApiError::Decode(e.to_string()))
     }
 
     pub fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, ApiError> {
@@ -348,8 +346,8 @@ impl DeleteOptions {
 
 /// Turns an error answer into [`ApiError::Status`], from its Status object when it has one.
 pub fn status_error(code: u16, body: &[u8]) -> ApiError {
-    match crate::manifest::unknown::from_json::<Status>(body) {
-        Ok((s, _)) if s.reason.is_some() || s.message.is_some() => ApiError::from_status(code, s),
+    match crate::manifest::unknown::decode::<Status>(body) {
+        Ok(s) if s.reason.is_some() || s.message.is_some() => ApiError::from_status(code, s),
         _ => ApiError::Status {
             code,
             reason: String::new(),

@@ -27,8 +27,7 @@ impl<T: Serialize + DeserializeOwned> Compact<T> {
 
     /// The object as it was stored.
     pub fn get(&self) -> T {
-        crate::manifest::unknown::from_json(self.json.as_bytes())
-            .map(|(v, _)| v)
+        crate::manifest::unknown::decode(self.json.as_bytes())
             .expect("an object reads back from the JSON it was written to")
     }
 }

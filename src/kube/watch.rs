@@ -3,7 +3,7 @@
 //! meaningful) and `ERROR`s carrying a `Status` (410 Expired: the resourceVersion is too old).
 
 use super::error::ApiError;
-use crate::manifest::unknown::from_json;
+use crate::manifest::unknown::decode as from_api;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -51,17 +51,17 @@ pub fn decode<T: DeserializeOwned>(line: &[u8]) -> Result<Event<T>, ApiError> {
     let bad = |e: serde_json::Error| ApiError::Decode(format!("watch event: {e}"));
     let ev: Envelope = serde_json::from_slice(line).map_err(bad)?;
     let object = ev.object.get().as_bytes();
-    let typed = || from_json::<T>(object).map(|(o, _)| o).map_err(bad);
+    let typed = || from_api::<T>(object).map_err(bad);
     match ev.kind.as_str() {
         "ADDED" => Ok(Event::Added(typed()?)),
         "MODIFIED" => Ok(Event::Modified(typed()?)),
         "DELETED" => Ok(Event::Deleted(typed()?)),
         "BOOKMARK" => {
-            let (b, _) = from_json::<Bookmark>(object).map_err(bad)?;
+            let b = from_api::<Bookmark>(object).map_err(bad)?;
             Ok(Event::Bookmark(b.metadata.resource_version))
         }
-        "ERROR" => match from_json::<Status>(object) {
-            Ok((s, _)) => Err(ApiError::from_watch_status(s)),
+        "ERROR" => match from_api::<Status>(object) {
+            Ok(s) => Err(ApiError::from_watch_status(s)),
             Err(_) => Err(ApiError::Decode(format!(
                 "watch error event: {}",
                 ev.object.get()

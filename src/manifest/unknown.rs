@@ -31,6 +31,11 @@ pub fn from_json<T: de::DeserializeOwned>(json: &[u8]) -> Result<(T, bool), serd
     Ok(decoded)
 }
 
+/// [`from_json`] for a caller with no use for the unknown-field flag (the API server's answers).
+pub fn decode<T: de::DeserializeOwned>(json: &[u8]) -> Result<T, serde_json::Error> {
+    from_json(json).map(|(v, _)| v)
+}
+
 /// `T` from `de`, and whether any field of it, at any depth, was unknown to its type.
 fn deserialize<'de, T, D>(de: D) -> Result<(T, bool), D::Error>
 where
