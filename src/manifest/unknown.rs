@@ -31,7 +31,9 @@ pub fn from_json<T: de::DeserializeOwned>(json: &[u8]) -> Result<(T, bool), serd
     Ok(decoded)
 }
 
-/// [`from_json`] for a caller with no use for the unknown-field flag (the API server's answers).
+/// [`from_json`] for a caller with no use for the unknown-field flag (the API server's answers:
+/// the cluster agent only, so not in the generator's build).
+#[cfg(feature = "cli")]
 pub fn decode<T: de::DeserializeOwned>(json: &[u8]) -> Result<T, serde_json::Error> {
     from_json(json).map(|(v, _)| v)
 }
