@@ -1,6 +1,6 @@
 //! `grpc` probes against a real gRPC server: grpcio (gRPC's C core, Debian's python3-grpcio)
 //! serving the standard health service (tests/grpc/health_server.py). Fails, never skips, without
-//! python3-grpcio (installed by .ci/run).
+//! python3-grpcio (installed by tests/setup.sh).
 
 use podunit::probe::grpc::probe;
 use podunit::probe::state::Outcome;

@@ -2,7 +2,7 @@
 //! loopback with TLS and htpasswd Basic auth, and a second instance as a pull-through mirror.
 //! Images are built here (busybox from Debian's busybox-static) and pushed under the names public
 //! manifests use. Needs root (layers keep owners and device nodes), docker-registry, htpasswd
-//! (apache2-utils) and openssl: `.ci/run` installs them.
+//! (apache2-utils) and openssl: `make test` installs them (tests/setup.sh).
 
 mod image;
 mod support;

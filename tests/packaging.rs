@@ -130,7 +130,7 @@ fn lintian_finds_no_errors() {
         .args(["--no-tag-display-limit", "--display-info"])
         .arg(pkg::deb())
         .output()
-        .expect("run lintian (apt-get install lintian, see .ci/run)");
+        .expect("run lintian (apt-get install lintian, see tests/setup.sh)");
     let text = stdout(&out);
     // Printed so the run shows the warnings (docs/install.md lists the accepted ones).
     println!("lintian:\n{text}{}", String::from_utf8_lossy(&out.stderr));

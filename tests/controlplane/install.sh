@@ -62,6 +62,7 @@ SRC
     updated=1
 fi
 if [ -n "$need" ]; then
+    echo "controlplane: installing Debian packages:$need (etcd; what the build of kube-apiserver needs)" >&2
     [ -n "$updated" ] || apt-get update -qq
     # shellcheck disable=SC2086
     apt-get install -y -qq $need

@@ -1,14 +1,16 @@
 #!/bin/sh
 # `make demo`: boots a throwaway systemd machine (systemd-nspawn; the host needs no systemd), installs
-# this build of podunit in it, drops examples/*.yaml into /etc/pods.d, reloads, and shows
-# `podunit status` and a pod's logs. Everything is removed at the end.
+# the release build of podunit in it as the package does (binaries, units, the node configuration),
+# drops examples/*.yaml into /etc/pods.d, reloads, and shows `podunit status` and a pod's logs.
+# Everything is removed at the end.
 #   PODUNIT_TEST_ROOTFS  the cached Debian rootfs (built by tests/e2e/make-rootfs.sh)
-#   PODUNIT_DEMO_KEEP=1  leave the machine running and print how to enter it
+#   PODUNIT_DEMO_KEEP=1  leave the machine running and print how to enter it; its copy of the
+#                        rootfs is removed when the machine stops
 set -eu
 
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 rootfs=${PODUNIT_TEST_ROOTFS:-/var/cache/podunit-test/rootfs-bookworm}
-bin=${CARGO_TARGET_DIR:-$repo/target}/debug
+bin=${CARGO_TARGET_DIR:-$repo/target}/release
 [ "$(id -u)" = 0 ] || { echo "demo: run as root (it boots a systemd-nspawn machine)" >&2; exit 1; }
 command -v systemd-nspawn >/dev/null || { echo "demo: install systemd-container" >&2; exit 1; }
 "$repo/tests/e2e/make-rootfs.sh"
@@ -23,7 +25,11 @@ leader=
 cleanup() {
     set +e
     if [ -n "${PODUNIT_DEMO_KEEP:-}" ] && [ -n "$leader" ]; then
-        echo "demo: left running; enter with: nsenter -t $leader -a bash    (stop: kill $nspawn)"
+        # Whoever stops the machine (kill, poweroff inside) also frees its root copy (~250 MB).
+        setsid sh -c 'while kill -0 "$1" 2>/dev/null; do sleep 1; done; rm -rf "$2"' \
+            demo-reaper "$nspawn" "$work" </dev/null >/dev/null 2>&1 &
+        echo "demo: left running; enter with: nsenter -t $leader -a bash"
+        echo "demo: stop it with: kill $nspawn   (its copy in $work is removed then)"
         return
     fi
     [ -n "$leader" ] && kill -KILL "$leader" 2>/dev/null
@@ -58,6 +64,9 @@ if [ ! -e "$root/usr/lib/systemd/system/podunit.target" ]; then
 fi
 [ -n "$units" ] && systemctl --root="$root" enable $units >/dev/null 2>&1
 mkdir -p "$root/etc/pods.d"
+# The node configuration as the package ships it (every key documented, all commented out), so a
+# change to try (registries, policy, network) starts from the real file.
+install -D -m 0644 "$repo/packaging/config.yaml" "$root/etc/podunit/config.yaml"
 
 say "Booting it: systemd-nspawn --boot"
 systemd-nspawn -q -D "$root" --boot --register=no --keep-unit --machine=podunit-demo \

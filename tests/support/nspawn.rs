@@ -145,7 +145,7 @@ fn preflight() {
                 .unwrap_or(false);
             assert!(
                 ok,
-                "{tool} not found: install systemd-container (see .ci/run)"
+                "{tool} not found: install systemd-container (tests/setup.sh)"
             );
         }
     });
