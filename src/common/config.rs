@@ -244,25 +244,96 @@ mod tests {
         assert_eq!(l.unknown_keys, vec!["nodeLables", "cluster.bogus"]);
     }
 
+    /// packaging/config.yaml with every key uncommented, as an admin would: a line `#key:` or
+    /// `#  key:` is a setting, `# prose` stays a comment.
+    fn shipped_config_uncommented() -> String {
+        include_str!("../../packaging/config.yaml")
+            .lines()
+            .map(|l| match l.strip_prefix('#') {
+                Some(rest) if rest.starts_with("  ") || !rest.starts_with([' ', '#']) => rest,
+                Some(_) if !l.starts_with("#  ") => "",
+                _ => l,
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// The field names serde's derive asks for, read by a deserializer that only listens.
+    fn fields_of<T: for<'de> Deserialize<'de>>() -> Vec<&'static str> {
+        struct Listen(Vec<&'static str>);
+        #[derive(Debug)]
+        struct Stop;
+        impl std::fmt::Display for Stop {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("stop")
+            }
+        }
+        impl std::error::Error for Stop {}
+        impl serde::de::Error for Stop {
+            fn custom<M: fmt::Display>(_: M) -> Self {
+                Stop
+            }
+        }
+        impl<'de> serde::Deserializer<'de> for &mut Listen {
+            type Error = Stop;
+            fn deserialize_any<V: serde::de::Visitor<'de>>(self, _: V) -> Result<V::Value, Stop> {
+                Err(Stop)
+            }
+            fn deserialize_struct<V: serde::de::Visitor<'de>>(
+                self,
+                _: &'static str,
+                fields: &'static [&'static str],
+                _: V,
+            ) -> Result<V::Value, Stop> {
+                self.0.extend(fields);
+                Err(Stop)
+            }
+            serde::forward_to_deserialize_any! {
+                bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes
+                byte_buf option unit unit_struct newtype_struct seq tuple tuple_struct map enum
+                identifier ignored_any
+            }
+        }
+        let mut l = Listen(Vec::new());
+        let _ = T::deserialize(&mut l);
+        l.0
+    }
+
     #[test]
-    fn the_shipped_config_keys_are_all_known() {
-        // packaging/config.yaml with every key uncommented, as an admin would.
-        let l = Config::parse(
-            "nodeName: ''
-kubeconfig: /etc/podunit/kubeconfig
-network: host
-hostImages: [host, debian]
-watchManifests: true
-policy:
-  local: trust
-  images: [host, rootfs, store]
-  hostPaths: []
-  privileged: false
-  runAsRoot: true
-  allowedCapabilities: []
-",
-        )
-        .unwrap();
+    fn the_shipped_config_documents_every_key_with_its_default() {
+        let text = shipped_config_uncommented();
+        let l = Config::parse(&text).unwrap();
+        assert!(l.unknown_keys.is_empty(), "{:?}", l.unknown_keys);
+        // "every value shown is the default"
+        assert_eq!(l.config, Config::default());
+        let doc: serde_json::Value = serde_saphyr::from_str(&text).unwrap();
+        let check = |at: &str, node: &serde_json::Value, fields: Vec<&'static str>| {
+            assert!(!fields.is_empty(), "no fields read for {at}");
+            for f in fields {
+                // Commented-out examples inside a section count (`# registries: []`).
+                let shown = node.get(f).is_some() || text.contains(&format!("# {f}:"));
+                assert!(shown, "packaging/config.yaml does not document {at}{f}");
+            }
+        };
+        check("", &doc, fields_of::<Config>());
+        check("cluster.", &doc["cluster"], fields_of::<ClusterTiming>());
+        check("policy.", &doc["policy"], fields_of::<Policy>());
+        check(
+            "registries.",
+            &doc["registries"],
+            fields_of::<crate::image::registries::Registries>(),
+        );
+        check(
+            "kubeletServer.",
+            &doc["kubeletServer"],
+            fields_of::<KubeletServer>(),
+        );
+    }
+
+    #[test]
+    fn the_shipped_config_uncommented_parses_as_written() {
+        // The same keys with other values, as an admin would set them.
+        let l = Config::parse("hostImages: [host, debian]\nwatchManifests: true\n").unwrap();
         assert!(l.unknown_keys.is_empty(), "{:?}", l.unknown_keys);
         assert_eq!(
             l.config.effective_policy().host_images,
