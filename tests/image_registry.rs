@@ -7,6 +7,7 @@
 mod image;
 mod support;
 
+use image::hostile::{self, Hostile, Reply};
 use image::oci::{self, Comp, Layer, TarBuilder};
 use image::registry::{Certs, PASSWORD, Registry, USER};
 use podunit::image::auth::Keyring;
@@ -17,6 +18,7 @@ use podunit::image::registry::Client;
 use podunit::image::{Reference, Store};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 use support::registry::{self, host_arch};
 
 struct Env {
@@ -72,6 +74,61 @@ impl Env {
         assert_eq!(count(&s.root().join("layers/sha256")), 0, "no layer kept");
         assert_eq!(count(&s.root().join("tmp")), 0, "no temporary files left");
         assert_eq!(s.list().0.len(), 0, "no record");
+    }
+}
+
+/// `len` bytes that do not compress.
+fn noise(len: usize) -> Vec<u8> {
+    let mut out = vec![0u8; len];
+    let mut x: u64 = 0x9e3779b97f4a7c15;
+    for b in out.iter_mut() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *b = x as u8;
+    }
+    out
+}
+
+/// A one-layer image of `tar`, gzip.
+fn one_layer(tar: Vec<u8>) -> oci::Image {
+    layers(vec![tar])
+}
+
+fn layers(tars: Vec<Vec<u8>>) -> oci::Image {
+    let l: Vec<Layer> = tars
+        .into_iter()
+        .map(|tar| Layer {
+            tar,
+            comp: Comp::Gzip,
+            declared_size: None,
+        })
+        .collect();
+    oci::image(host_arch(), &l, serde_json::json!({}))
+}
+
+/// A small file system for a store, unmounted when dropped.
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(dir: &Path, size: &str) -> Tmpfs {
+        std::fs::create_dir_all(dir).unwrap();
+        let st = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir)
+            .status()
+            .unwrap();
+        assert!(st.success(), "tmpfs mount");
+        Tmpfs(dir.to_path_buf())
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
     }
 }
 
@@ -609,8 +666,46 @@ fn hostile_layers_are_refused() {
         .file("big", &vec![7u8; 100_000], 0o644)
         .finish();
     let small = oci::compress(&big, Comp::Gzip).len() as u64 / 2;
-    let e = hostile(&env, "evil/oversize", big, Some(small));
+    let e = hostile(&env, "evil/oversize", big.clone(), Some(small));
     assert!(e.contains("larger than its descriptor"), "{e}");
+    // A stream shorter than its descriptor says: the two sizes, not the digest twice.
+    let long = oci::compress(&big, Comp::Gzip).len() as u64 + 100;
+    let e = hostile(&env, "evil/short", big, Some(long));
+    assert!(
+        e.contains(&format!(
+            "the registry sent {} bytes, its descriptor says {long}",
+            long - 100
+        )),
+        "{e}"
+    );
+
+    // A GNU long name of 8 MiB (an 8 KiB blob): refused at its header, never held in memory, and
+    // never echoed whole (messages reach the journal and the pod's Events).
+    let mut t = Vec::new();
+    raw_entry(&mut t, b'L', "././@LongLink", "", &vec![b'a'; 8 << 20]);
+    raw_entry(&mut t, b'0', "x", "", b"x");
+    let e = hostile(&env, "evil/longname", end(t), None);
+    assert!(
+        e.contains("a GNU long name header of 8388608 bytes (at most 1048576 are read)"),
+        "{}",
+        &e[..e.len().min(500)]
+    );
+    assert!(e.len() < 1000, "the name is not echoed: {} bytes", e.len());
+    // The same for PAX records.
+    let mut t = Vec::new();
+    let rec = format!("{} path={}\n", 2 << 20, "p".repeat((2 << 20) - 16));
+    raw_entry(&mut t, b'x', "PaxHeader", "", rec.as_bytes());
+    raw_entry(&mut t, b'0', "x", "", b"x");
+    let e = hostile(&env, "evil/pax", end(t), None);
+    assert!(e.contains("a PAX header of"), "{}", &e[..e.len().min(500)]);
+    // Gigabytes of zeros after the end marker are not read through: 2 MiB are refused.
+    let mut t = TarBuilder::new().file("f", b"f", 0o644).finish();
+    t.extend(vec![0u8; 2 << 20]);
+    let e = hostile(&env, "evil/trailer", t, None);
+    assert!(
+        e.contains("more than 1048576 bytes after the end of the tar archive"),
+        "{e}"
+    );
 
     assert_eq!(count(&outside), 0);
     assert!(!Path::new("/tmp/podunit-evil").exists());
@@ -655,15 +750,9 @@ fn concurrent_pulls_fetch_once_and_dead_pulls_leave_nothing_trusted() {
 #[test]
 fn a_full_disk_is_a_clear_error() {
     let env = Env::new("enospc");
-    let mut noise = vec![0u8; 3 << 20];
-    let mut x: u64 = 0x9e3779b97f4a7c15;
-    for b in noise.iter_mut() {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        *b = x as u8;
-    }
-    let tar = TarBuilder::new().file("noise", &noise, 0o644).finish();
+    let tar = TarBuilder::new()
+        .file("noise", &noise(3 << 20), 0o644)
+        .finish();
     let img = oci::image(
         host_arch(),
         &[Layer {
@@ -674,24 +763,13 @@ fn a_full_disk_is_a_clear_error() {
         serde_json::json!({}),
     );
     env.reg.push("library/big", "1", &img);
-    let small = env.dir.join("small");
-    std::fs::create_dir_all(&small).unwrap();
-    let st = std::process::Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"])
-        .arg(&small)
-        .status()
-        .unwrap();
-    assert!(st.success(), "tmpfs mount");
-    let store = Store::open(small.join("store"));
+    let small = Tmpfs::mount(&env.dir.join("small"), "1m");
+    let store = Store::open(small.0.join("store"));
     let client = Client::new(env.settings(), env.keyring(PASSWORD));
     let e = env.pull_with(&store, &client, "big:1");
     let layers = count(&store.root().join("layers/sha256"));
     let tmp = count(&store.tmp_dir());
-    std::process::Command::new("umount")
-        .arg("-l")
-        .arg(&small)
-        .status()
-        .unwrap();
+    drop(small);
     let e = e.unwrap_err();
     assert!(matches!(e.kind, PullErrorKind::NoSpace(_)), "{e}");
     assert!(e.to_string().contains("no space left"), "{e}");
@@ -779,6 +857,29 @@ fn the_cli_pulls_lists_inspects_and_prunes() {
     assert_eq!(v["config"]["config"]["Cmd"][0], "sh");
     let (ok, _, err) = podunit(&["image", "rm", "busybox:1.28"]);
     assert!(!ok && err.contains("used by a pod"), "{err}");
+    // One name that cannot be removed does not keep the others, or what they alone held.
+    env.reg.push(
+        "library/spare",
+        "1",
+        &one_layer(TarBuilder::new().file("s", b"s", 0o644).finish()),
+    );
+    let (ok, _, err) = podunit(&["image", "pull", "spare:1"]);
+    assert!(ok, "{err}");
+    let store = Store::open(root.join("var/lib/podunit/store"));
+    assert_eq!(count(&store.root().join("layers/sha256")), 3);
+    let (ok, out, err) = podunit(&["image", "rm", "spare:1", "missing:1"]);
+    assert!(!ok, "a name that is not there fails the command");
+    assert!(out.contains("removed docker.io/library/spare:1"), "{out}");
+    assert!(
+        err.contains("image docker.io/library/missing:1 is not in the store")
+            && err.contains("not removed: missing:1"),
+        "{err}"
+    );
+    assert_eq!(
+        count(&store.root().join("layers/sha256")),
+        2,
+        "the removed image's layer is collected"
+    );
     let (ok, out, err) = podunit(&["image", "prune"]);
     assert!(ok, "{err}");
     assert!(
@@ -805,4 +906,320 @@ fn the_cli_pulls_lists_inspects_and_prunes() {
     std::fs::set_permissions(&auth, std::fs::Permissions::from_mode(0o644)).unwrap();
     let (ok, _, err) = podunit(&["image", "pull", "busybox:1.28"]);
     assert!(!ok && err.contains("0600"), "{err}");
+}
+
+/// A node's limits, on top of the test registry's settings.
+fn limited(env: &Env, set: impl FnOnce(&mut podunit::image::limits::Limits)) -> Client {
+    let mut settings = env.settings();
+    set(&mut settings.limits);
+    Client::new(settings, env.keyring(PASSWORD))
+}
+
+#[test]
+fn layers_over_the_node_limits_are_refused_and_nothing_is_kept() {
+    let env = Env::new("limits");
+    // A 40 KiB blob that unpacks to 32 MiB of zeros, against 16 MiB a layer.
+    let bomb = TarBuilder::new()
+        .file("zeros", &vec![0u8; 32 << 20], 0o644)
+        .finish();
+    env.reg.push("evil/bomb", "1", &one_layer(bomb));
+    let client = limited(&env, |l| l.max_layer_bytes = 16 << 20);
+    let e = env
+        .pull_with(&env.store(), &client, "evil/bomb:1")
+        .unwrap_err();
+    assert!(matches!(e.kind, PullErrorKind::TooLarge(_)), "{e}");
+    assert!(
+        e.to_string().contains(
+            "a layer is larger than 16777216 bytes uncompressed (registries.limits.maxLayerBytes)"
+        ),
+        "{e}"
+    );
+    env.assert_nothing_kept("evil/bomb:1");
+
+    // Two layers of 12 MiB each, against 20 MiB an image.
+    let twelve = |n: &str| {
+        TarBuilder::new()
+            .file(n, &vec![0u8; 12 << 20], 0o644)
+            .finish()
+    };
+    env.reg
+        .push("evil/wide", "1", &layers(vec![twelve("a"), twelve("b")]));
+    let client = limited(&env, |l| {
+        l.max_layer_bytes = 16 << 20;
+        l.max_image_bytes = 20 << 20;
+    });
+    let e = env
+        .pull_with(&env.store(), &client, "evil/wide:1")
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("(registries.limits.maxImageBytes)"),
+        "{e}"
+    );
+    env.assert_nothing_kept("evil/wide:1");
+
+    // What the manifest declares is checked before anything is fetched.
+    env.reg.push(
+        "evil/heavy",
+        "1",
+        &one_layer(TarBuilder::new().file("n", &noise(3 << 20), 0o644).finish()),
+    );
+    let client = limited(&env, |l| l.max_layer_bytes = 1 << 20);
+    let e = env
+        .pull_with(&env.store(), &client, "evil/heavy:1")
+        .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("bytes, more than 1048576 (registries.limits.maxLayerBytes)"),
+        "{e}"
+    );
+    env.assert_nothing_kept("evil/heavy:1");
+}
+
+#[test]
+fn a_pull_never_eats_the_store_reserve() {
+    let env = Env::new("reserve");
+    let small = Tmpfs::mount(&env.dir.join("small"), "32m");
+    // 75 % of 32 MiB kept free: 8 MiB for pulls.
+    let client = limited(&env, |l| l.store_reserve_percent = 75);
+    let store = Store::open(small.0.join("store"));
+    // Blobs that would not fit: refused before they are fetched.
+    env.reg.push(
+        "big/blob",
+        "1",
+        &one_layer(
+            TarBuilder::new()
+                .file("n", &noise(10 << 20), 0o644)
+                .finish(),
+        ),
+    );
+    let blob = env.pull_with(&store, &client, "big/blob:1");
+    // A small blob that grows past the reserve as it unpacks: stopped while writing.
+    env.reg.push(
+        "big/unpacked",
+        "1",
+        &one_layer(
+            TarBuilder::new()
+                .file("zeros", &vec![0u8; 20 << 20], 0o644)
+                .finish(),
+        ),
+    );
+    let unpacked = env.pull_with(&store, &client, "big/unpacked:1");
+    let left = (
+        count(&store.root().join("layers/sha256")),
+        count(&store.tmp_dir()),
+    );
+    drop(small);
+    for (what, r) in [("blob", blob), ("unpacked", unpacked)] {
+        let e = r.unwrap_err();
+        assert!(matches!(e.kind, PullErrorKind::NoSpace(_)), "{what}: {e}");
+        assert!(
+            e.to_string().contains(
+                "a pull leaves at least 75% free (registries.limits.storeReservePercent)"
+            ),
+            "{what}: {e}"
+        );
+    }
+    assert_eq!(left, (0, 0), "nothing of either pull is left");
+}
+
+/// The node's settings for an image served by a [`Hostile`] double (plain HTTP, listed insecure).
+fn hostile_settings(
+    h: &Hostile,
+    set: impl FnOnce(&mut podunit::image::limits::Limits),
+) -> Registries {
+    let mut s = Registries {
+        insecure: vec![h.host.clone()],
+        ..Default::default()
+    };
+    set(&mut s.limits);
+    s
+}
+
+/// A test double stands for the registry: the real one cannot be made to stall or dribble.
+#[test]
+fn a_stalled_dribbling_or_endless_registry_is_abandoned() {
+    let dir = std::env::temp_dir().join(format!("podunit-image-{}-stall", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let img = one_layer(TarBuilder::new().file("n", &noise(200_000), 0o644).finish());
+    let store = Store::open(dir.join("store"));
+    let cases: Vec<(&str, Hostile, Registries, &str)> = vec![
+        {
+            // Headers and 100 bytes, then nothing.
+            let h = Hostile::start(hostile::image_routes("evil/stall", "1", &img, |b| {
+                Reply::Stall {
+                    body: b.to_vec(),
+                    sent: 100,
+                }
+            }));
+            let s = hostile_settings(&h, |l| l.low_speed_seconds = 2);
+            (
+                "evil/stall:1",
+                h,
+                s,
+                "the registry sent nothing for 2 s (registries.limits.lowSpeedSeconds)",
+            )
+        },
+        {
+            // 10 bytes every 100 ms: 100 bytes a second.
+            let h = Hostile::start(hostile::image_routes("evil/dribble", "1", &img, |b| {
+                Reply::Dribble {
+                    body: b.to_vec(),
+                    chunk: 10,
+                    every: Duration::from_millis(100),
+                }
+            }));
+            let s = hostile_settings(&h, |l| {
+                l.low_speed_seconds = 2;
+                l.low_speed_bytes_per_second = 1000;
+            });
+            (
+                "evil/dribble:1",
+                h,
+                s,
+                "slower than 1000 bytes a second (registries.limits.lowSpeedBytesPerSecond)",
+            )
+        },
+        {
+            // Fast enough, but the whole pull may take 3 s and this one would take 10.
+            let h = Hostile::start(hostile::image_routes("evil/slow", "1", &img, |b| {
+                Reply::Dribble {
+                    body: b.to_vec(),
+                    chunk: 2000,
+                    every: Duration::from_millis(100),
+                }
+            }));
+            let s = hostile_settings(&h, |l| l.pull_timeout_seconds = 3);
+            (
+                "evil/slow:1",
+                h,
+                s,
+                "the pull took longer than 3 s (registries.limits.pullTimeoutSeconds)",
+            )
+        },
+    ];
+    for (name, h, settings, want) in &cases {
+        let client = Client::new(settings.clone(), Keyring::default());
+        let e = registry::pull(&store, &client, &format!("{}/{name}", h.host)).unwrap_err();
+        assert!(matches!(e.kind, PullErrorKind::Timeout(_)), "{name}: {e}");
+        assert!(e.to_string().contains(want), "{name}: {e}");
+        assert!(
+            h.requests().iter().any(|r| r.target.contains("/blobs/")),
+            "{name}: the layer was being fetched"
+        );
+        // The store is free again: another pull (or `image rm`) takes its lock at once.
+        drop(store.lock_store(true).unwrap());
+    }
+    assert_eq!(count(&store.root().join("layers/sha256")), 0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A registry that redirects blobs (to object storage, or a hostile host): the credentials
+/// stay with the registry. Test doubles both: the real registry redirects only to S3-like
+/// storage drivers.
+#[test]
+fn credentials_never_follow_a_redirect() {
+    let dir = std::env::temp_dir().join(format!("podunit-image-{}-redirect", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let img = one_layer(TarBuilder::new().file("f", b"f", 0o644).finish());
+    let layer = img
+        .blobs
+        .iter()
+        .find(|b| oci::digest(b) != img.config_digest)
+        .unwrap()
+        .clone();
+    let elsewhere = Hostile::start(move |_| Reply::ok(layer.clone(), "application/octet-stream"));
+    let to = format!("http://{}/storage/blob", elsewhere.host);
+    let serve = hostile::image_routes("app/web", "1", &img, move |_| {
+        Reply::status(307, &[("Location", to.as_str())])
+    });
+    let reg = Hostile::start(move |req| {
+        if req.header("authorization").is_none() {
+            return Reply::status(401, &[("WWW-Authenticate", "Basic realm=\"r\"")]);
+        }
+        serve(req)
+    });
+    let mut settings = hostile_settings(&reg, |_| {});
+    settings.insecure.push(elsewhere.host.clone());
+    let client = Client::new(settings, registry::keyring(&reg.host, USER, PASSWORD));
+    let store = Store::open(dir.join("store"));
+    registry::pull(&store, &client, &format!("{}/app/web:1", reg.host)).unwrap();
+    let creds = format!("Basic {}", base64_of(&format!("{USER}:{PASSWORD}")));
+    assert!(
+        reg.requests()
+            .iter()
+            .any(|r| r.target.contains("/blobs/") && r.header("authorization") == Some(&creds)),
+        "the registry got the credentials"
+    );
+    let there = elsewhere.requests();
+    assert_eq!(there.len(), 1, "{there:?}");
+    assert_eq!(there[0].header("authorization"), None, "{there:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn base64_of(s: &str) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(s)
+}
+
+/// The registry (real, plain HTTP, listed insecure) challenges with a token realm on another
+/// host; a listener stands for that realm (a test double: it only records who came).
+#[test]
+fn credentials_go_to_a_token_realm_only_over_https_or_to_a_host_listed_insecure() {
+    use image::token::TokenService;
+    let dir = std::env::temp_dir().join(format!("podunit-image-{}-realm", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let certs = Certs::make(&dir.join("certs"));
+    let tokens = TokenService::start(&dir.join("token"), &certs);
+    let realm = Hostile::start(|_| Reply::status(403, &[]));
+    let port = realm.host.rsplit_once(':').unwrap().1.to_string();
+    let realm_host = format!("localhost:{port}");
+    let reg = Registry::start_plain_with_realm(
+        &dir.join("reg"),
+        &certs,
+        &tokens,
+        &format!("http://{realm_host}/token"),
+    );
+    let keyring = registry::keyring(&reg.host, USER, PASSWORD);
+    let store = Store::open(dir.join("store"));
+    let r = format!("{}/library/busybox:1.28", reg.host);
+
+    let only_registry = Registries {
+        insecure: vec![reg.host.clone()],
+        ..Default::default()
+    };
+    let e = registry::pull(
+        &store,
+        &Client::new(only_registry.clone(), keyring.clone()),
+        &r,
+    )
+    .unwrap_err();
+    assert!(matches!(e.kind, PullErrorKind::Unauthorized(_)), "{e}");
+    assert!(
+        e.to_string().contains(&format!(
+            "is plain HTTP and {realm_host} is not in registries.insecure"
+        )),
+        "{e}"
+    );
+    assert!(
+        realm.requests().is_empty(),
+        "nothing went to the realm: {:?}",
+        realm.requests()
+    );
+
+    // Listed, the realm is trusted like a registry: the credentials go there (and the double
+    // gives no token).
+    let mut both = only_registry;
+    both.insecure.push(realm_host);
+    let e = registry::pull(&store, &Client::new(both, keyring), &r).unwrap_err();
+    assert!(matches!(e.kind, PullErrorKind::Unauthorized(_)), "{e}");
+    let asked = realm.requests();
+    let creds = format!("Basic {}", base64_of(&format!("{USER}:{PASSWORD}")));
+    assert!(
+        asked
+            .iter()
+            .any(|a| a.header("authorization") == Some(&creds)),
+        "{asked:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -6,6 +6,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use podunit::image::unpack::Unpacker;
+use podunit::image::unpack::bounds::{Bounded, Unbounded};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -23,10 +24,13 @@ fuzz_target!(|data: &[u8]| {
     std::fs::create_dir_all(&sibling).unwrap();
     std::fs::write(sibling.join("canary"), b"untouched").unwrap();
     if let Ok(mut u) = Unpacker::new(&layer) {
-        if let Err(e) = u.apply(data) {
-            // Every refusal can be shown.
-            let _ = e.to_string();
+        // Through the bounds a pull applies (header sizes, data after the end marker).
+        let mut tar = Bounded::new(data, Unbounded);
+        if let Err(e) = u.apply(&mut tar) {
+            // Every refusal can be shown, and is short whatever the input.
+            assert!(e.to_string().len() < 4096, "a message of {} bytes", e.to_string().len());
         }
+        let _ = std::io::copy(&mut tar, &mut std::io::sink());
     }
     let mut names: Vec<_> = std::fs::read_dir(&base)
         .unwrap()

@@ -82,6 +82,45 @@ SEEDS = {
 }
 
 
+def raw_header(name, kind, size, magic=b"ustar\x0000"):
+    """A header whose size field says `size`, whatever follows (tarfile would write the data)."""
+    h = bytearray(512)
+    h[0:len(name)] = name.encode()
+    h[100:108] = b"0000644\x00"
+    h[108:116] = h[116:124] = b"0000000\x00"
+    if size < 8 ** 11:
+        h[124:136] = b"%011o\x00" % size
+    else:  # base-256, as GNU tar writes sizes of 8 GiB and more
+        h[124:136] = b"\x80" + size.to_bytes(11, "big")
+    h[136:148] = b"00000000000\x00"
+    h[156] = ord(kind)
+    h[257:265] = magic
+    h[148:156] = b" " * 8
+    h[148:156] = b"%06o\x00 " % sum(h)
+    return bytes(h)
+
+
+END = bytes(1024)
+# The bounds the unpacker keeps before the tar parser buffers anything (src/image/unpack/bounds.rs).
+HOSTILE = {
+    # A GNU long name that says 64 MiB: refused at its header, never read into memory.
+    "longname-huge": raw_header("././@LongLink", "L", 64 << 20) + b"a" * 4096,
+    # PAX records that say 2 MiB.
+    "pax-huge": raw_header("PaxHeader", "x", 2 << 20) + b"9 a=b\n" * 100,
+    # A PAX size that makes the next entry's content hide an L header: the parser and the
+    # bounds must agree on where the next header is.
+    "pax-size": raw_header("PaxHeader", "x", 13) + b"13 size=1024\n".ljust(512, b"\0")
+    + raw_header("f", "0", 0) + raw_header("hidden", "L", 64 << 20) + bytes(512)
+    + raw_header("real", "L", 64 << 20) + END,
+    # A regular file that says 8 GiB (a bomb's shape without its bytes).
+    "bomb": raw_header("zeros", "0", 8 << 30) + bytes(4096),
+    # Data after the end marker.
+    "trailer": layer([entry("f", data=b"f")]) + bytes(64 << 10),
+    # (uid_t) -1, which chown takes as "leave it".
+    "noid": layer([entry("f", data=b"f", pax={"uid": "4294967295"})]),
+}
+
+
 def main():
     out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
@@ -89,6 +128,8 @@ def main():
         (out / f"seed-{name}.tar").write_bytes(layer(entries))
     gnu = layer(SEEDS["longnames"], tarfile.GNU_FORMAT)
     (out / "seed-longnames-gnu.tar").write_bytes(gnu)
+    for name, data in HOSTILE.items():
+        (out / f"seed-{name}.tar").write_bytes(data)
 
 
 main()

@@ -245,21 +245,36 @@ fn rm(paths: &Paths, store: &Store, images: &[String], force: bool) -> Result<()
     } else {
         images_in_use(paths)
     };
+    // Each name on its own, as `docker rmi` does: one that cannot be removed is reported and the
+    // others still go, and so does what they alone held (blobs, layers).
+    let mut failed = Vec::new();
     for i in images {
-        let r = parse(i)?;
-        if used.contains(&r.to_string()) {
-            return Err(format!(
-                "image {r} is used by a pod (--force removes it anyway)"
-            ));
+        let one = || -> Result<Reference, String> {
+            let r = parse(i)?;
+            if used.contains(&r.to_string()) {
+                return Err(format!(
+                    "image {r} is used by a pod (--force removes it anyway)"
+                ));
+            }
+            for rr in records_of(store, &r)? {
+                store.remove_record(&rr).map_err(|e| e.to_string())?;
+            }
+            Ok(r)
+        };
+        match one() {
+            Ok(r) => outln!("removed {r}"),
+            Err(e) => {
+                errln!("podunit: {e}");
+                failed.push(i.as_str());
+            }
         }
-        for rr in records_of(store, &r)? {
-            store.remove_record(&rr).map_err(|e| e.to_string())?;
-        }
-        outln!("removed {r}");
     }
     let (b, l) = store.gc().map_err(|e| e.to_string())?;
     errln!("freed {b} blobs and {l} layers");
-    Ok(())
+    match failed.as_slice() {
+        [] => Ok(()),
+        f => Err(format!("not removed: {}", f.join(", "))),
+    }
 }
 
 fn prune(paths: &Paths, store: &Store) -> Result<(), String> {

@@ -324,6 +324,11 @@ mod tests {
             fields_of::<crate::image::registries::Registries>(),
         );
         check(
+            "registries.limits.",
+            &doc["registries"]["limits"],
+            fields_of::<crate::image::limits::Limits>(),
+        );
+        check(
             "kubeletServer.",
             &doc["kubeletServer"],
             fields_of::<KubeletServer>(),

@@ -93,6 +93,10 @@ impl<R: Read> HashingReader<R> {
         }
     }
 
+    pub fn get_ref(&self) -> &R {
+        &self.inner
+    }
+
     /// Bytes read so far.
     pub fn count(&self) -> u64 {
         self.count

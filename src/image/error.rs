@@ -40,8 +40,18 @@ pub enum PullErrorKind {
         layer: Digest,
         error: super::unpack::UnpackError,
     },
-    /// The store's file system is full.
+    /// The store's file system is full, or a pull would leave less free than the node keeps.
     NoSpace(String),
+    /// The image is larger than the node's limits allow (`registries.limits`).
+    TooLarge(String),
+    /// The pull ran out of time, or the registry stalled (`registries.limits`).
+    Timeout(String),
+    /// The registry sent a different number of bytes than the descriptor says.
+    Size {
+        what: String,
+        expected: u64,
+        got: u64,
+    },
     /// The store could not be read or written.
     Store(String),
 }
@@ -92,6 +102,16 @@ impl fmt::Display for PullError {
                 write!(f, "image {i:?}: no space left in the image store: {m}")
             }
             PullErrorKind::Store(m) => write!(f, "image {i:?}: image store: {m}"),
+            PullErrorKind::TooLarge(m) => write!(f, "image {i:?}: too large: {m}"),
+            PullErrorKind::Timeout(m) => write!(f, "image {i:?}: {m}"),
+            PullErrorKind::Size {
+                what,
+                expected,
+                got,
+            } => write!(
+                f,
+                "image {i:?}: {what}: the registry sent {got} bytes, its descriptor says {expected}; nothing of it was kept"
+            ),
         }
     }
 }

@@ -3,6 +3,7 @@
 //! it may look at the local store, never at the network.
 
 pub mod digest;
+pub mod limits;
 pub mod manifest;
 pub mod platform;
 pub mod policy;
@@ -24,5 +25,7 @@ pub mod pull;
 pub mod queue;
 #[cfg(feature = "cli")]
 pub mod registry;
+#[cfg(feature = "cli")]
+pub mod transfer;
 #[cfg(feature = "unpack")]
 pub mod unpack;

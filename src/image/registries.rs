@@ -8,6 +8,7 @@
 //!     mirror.internal:5000: /etc/podunit/ca/mirror.pem
 //!   insecure: [lab.local:5000]      # plain HTTP; only for the hosts named here
 //!   credentials: /etc/podunit/auth.json
+//!   limits: {maxLayerBytes: 8Gi}    # what one pull may cost (limits.rs)
 //! ```
 
 use serde::Deserialize;
@@ -25,6 +26,8 @@ pub struct Registries {
     pub insecure: Vec<String>,
     /// Default: [`DEFAULT_CREDENTIALS`] (when it exists).
     pub credentials: Option<PathBuf>,
+    /// Bounds on what a registry can make one pull cost.
+    pub limits: super::limits::Limits,
 }
 
 /// Where to send requests for one registry: the mirrors first, then the registry itself.
@@ -97,6 +100,7 @@ impl Registries {
                 ));
             }
         }
+        out.extend(self.limits.problems());
         out
     }
 }

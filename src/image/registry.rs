@@ -7,6 +7,7 @@ use super::error::PullErrorKind;
 use super::manifest::{ACCEPT, MANIFEST_MAX};
 use super::reference::Reference;
 use super::registries::{Endpoint, Registries};
+use super::transfer::{Budget, Transfer};
 use base64::Engine;
 use std::collections::HashMap;
 use std::io::Read;
@@ -85,7 +86,13 @@ impl Client {
             .user_agent(concat!("podunit/", env!("CARGO_PKG_VERSION")))
             .timeout_connect(Some(Duration::from_secs(15)))
             .timeout_recv_response(Some(Duration::from_secs(60)))
+            // A stalled body: nothing for a whole low-speed window (transfer.rs checks the rate).
+            .timeout_per_read(Some(Duration::from_secs(
+                self.settings.limits.low_speed_seconds,
+            )))
             .max_redirects(5)
+            // A redirect (a blob served from object storage) never carries our credentials on.
+            .redirect_auth_headers(ureq::config::RedirectAuthHeaders::Never)
             .build()
             .into();
         agents.insert(ep.host.clone(), agent.clone());
@@ -98,10 +105,11 @@ impl Client {
         &self,
         r: &Reference,
         key: &str,
+        budget: &Budget,
     ) -> Result<(Endpoint, Vec<u8>, String), PullErrorKind> {
         let mut last = None;
         for ep in self.settings.endpoints(&r.registry) {
-            match self.manifest_at(&ep, r, key) {
+            match self.manifest_at(&ep, r, key, budget) {
                 Ok((body, ct)) => return Ok((ep, body, ct)),
                 // A mirror that fails or lacks the image is skipped, as containerd does; the
                 // registry itself has the last word.
@@ -126,15 +134,17 @@ impl Client {
         ep: &Endpoint,
         r: &Reference,
         key: &str,
+        budget: &Budget,
     ) -> Result<(Vec<u8>, String), PullErrorKind> {
-        let resp = self.get(ep, r, &format!("manifests/{key}"), Some(&ACCEPT.join(", ")))?;
+        let resp = self.get(
+            ep,
+            r,
+            &format!("manifests/{key}"),
+            Some(&ACCEPT.join(", ")),
+            budget,
+        )?;
         let ct = header(&resp, "content-type").unwrap_or_default();
-        let body = resp
-            .into_body()
-            .with_config()
-            .limit(MANIFEST_MAX)
-            .read_to_vec()
-            .map_err(|e| PullErrorKind::Invalid(format!("manifest {key}: {e}")))?;
+        let body = read_small(resp, MANIFEST_MAX, budget, &format!("manifest {key}"))?;
         Ok((body, ct))
     }
 
@@ -145,24 +155,23 @@ impl Client {
         r: &Reference,
         d: &Digest,
         max: u64,
+        budget: &Budget,
     ) -> Result<Vec<u8>, PullErrorKind> {
-        let resp = self.get(ep, r, &format!("blobs/{d}"), None)?;
-        resp.into_body()
-            .with_config()
-            .limit(max)
-            .read_to_vec()
-            .map_err(|e| PullErrorKind::Invalid(format!("blob {d}: {e}")))
+        let resp = self.get(ep, r, &format!("blobs/{d}"), None, budget)?;
+        read_small(resp, max, budget, &format!("blob {d}"))
     }
 
-    /// A blob as a stream (layers). The caller verifies size and digest as it reads.
+    /// A blob as a stream (layers), read under `budget`'s time bounds (a timeout is an
+    /// [`std::io::ErrorKind::TimedOut`] naming the limit). The caller verifies size and digest.
     pub fn blob(
         &self,
         ep: &Endpoint,
         r: &Reference,
         d: &Digest,
+        budget: &Budget,
     ) -> Result<impl Read + use<>, PullErrorKind> {
-        let resp = self.get(ep, r, &format!("blobs/{d}"), None)?;
-        Ok(resp.into_body().into_reader())
+        let resp = self.get(ep, r, &format!("blobs/{d}"), None, budget)?;
+        Ok(Transfer::new(resp.into_body().into_reader(), *budget))
     }
 
     /// GET `/v2/<repo>/<rest>`, answering an authentication challenge once per credential.
@@ -172,6 +181,7 @@ impl Client {
         r: &Reference,
         rest: &str,
         accept: Option<&str>,
+        budget: &Budget,
     ) -> Result<Response, PullErrorKind> {
         let agent = self.agent(ep)?;
         let url = format!("{}/v2/{}/{rest}", ep.base, r.repository);
@@ -182,7 +192,7 @@ impl Client {
             .unwrap_or_else(|p| p.into_inner())
             .get(&cache_key)
             .cloned();
-        let resp = send(&agent, &url, accept, cached.as_deref())?;
+        let resp = send(&agent, &url, accept, cached.as_deref(), budget)?;
         if !matches!(resp.status().as_u16(), 401 | 403) || cached.is_some() && resp.status() == 403
         {
             return check(resp, &url);
@@ -200,14 +210,14 @@ impl Client {
         }
         let mut last = first;
         for cred in tries {
-            let value = match self.authorize(&agent, ep, r, &challenge, cred) {
+            let value = match self.authorize(&agent, r, &challenge, cred, budget) {
                 Ok(v) => v,
                 Err(e) => {
                     last = e;
                     continue;
                 }
             };
-            let resp = send(&agent, &url, accept, Some(&value))?;
+            let resp = send(&agent, &url, accept, Some(&value), budget)?;
             if matches!(resp.status().as_u16(), 401 | 403) {
                 last = error_message(resp);
                 continue;
@@ -225,10 +235,10 @@ impl Client {
     fn authorize(
         &self,
         agent: &ureq::Agent,
-        ep: &Endpoint,
         r: &Reference,
         challenge: &str,
         cred: Option<&Credential>,
+        budget: &Budget,
     ) -> Result<String, String> {
         let (scheme, params) = parse_challenge(challenge);
         match scheme.to_ascii_lowercase().as_str() {
@@ -242,10 +252,7 @@ impl Client {
                 let realm = params
                     .get("realm")
                     .ok_or("Bearer challenge without a realm")?;
-                let plain_ok = realm.starts_with("http://") && self.settings.is_insecure(&ep.host);
-                if !realm.starts_with("https://") && !plain_ok {
-                    return Err(format!("token realm {realm:?} is not HTTPS"));
-                }
+                self.check_realm(realm)?;
                 let scope = params
                     .get("scope")
                     .cloned()
@@ -258,7 +265,12 @@ impl Client {
                 if let Some(s) = params.get("service") {
                     url.push_str(&format!("&service={}", encode(s)));
                 }
-                let mut req = agent.get(&url);
+                let remaining = budget.remaining().ok_or_else(|| budget.expired_message())?;
+                let mut req = agent
+                    .get(&url)
+                    .config()
+                    .timeout_global(Some(remaining))
+                    .build();
                 if let Some(c) = cred {
                     req = req.header("Authorization", basic(c));
                 }
@@ -296,6 +308,55 @@ impl Client {
     }
 }
 
+impl Client {
+    /// A token realm gets the registry's credentials, so it must be as trusted as the
+    /// registry: HTTPS, or plain HTTP only to a host that is itself listed in
+    /// `registries.insecure`. That the registry is insecure says nothing about the host its
+    /// challenge names (Docker and containerd send credentials to any realm; podunit does not).
+    fn check_realm(&self, realm: &str) -> Result<(), String> {
+        let uri: ureq::http::Uri = realm
+            .parse()
+            .map_err(|_| format!("token realm {realm:?} is not a URL"))?;
+        let host = uri
+            .authority()
+            .map(|a| a.as_str())
+            .filter(|a| !a.contains('@'))
+            .ok_or_else(|| format!("token realm {realm:?} has no host"))?;
+        match uri.scheme_str() {
+            Some("https") => Ok(()),
+            Some("http") if self.settings.is_insecure(host) => Ok(()),
+            Some("http") => Err(format!(
+                "token realm {realm:?} is plain HTTP and {host} is not in registries.insecure: \
+                 no credentials or token request are sent there"
+            )),
+            _ => Err(format!("token realm {realm:?} is not HTTPS")),
+        }
+    }
+}
+
+/// A whole small body (manifest, config), at most `max` bytes, within the pull's time.
+fn read_small(
+    resp: Response,
+    max: u64,
+    budget: &Budget,
+    what: &str,
+) -> Result<Vec<u8>, PullErrorKind> {
+    let mut out = Vec::new();
+    let body = resp.into_body().into_reader().take(max + 1);
+    Transfer::new(body, *budget)
+        .read_to_end(&mut out)
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::TimedOut => PullErrorKind::Timeout(format!("{what}: {e}")),
+            _ => PullErrorKind::Registry(format!("{what}: {e}")),
+        })?;
+    if out.len() as u64 > max {
+        return Err(PullErrorKind::Invalid(format!(
+            "{what} is larger than {max} bytes"
+        )));
+    }
+    Ok(out)
+}
+
 fn basic(c: &Credential) -> String {
     let raw = format!("{}:{}", c.username, c.password);
     format!(
@@ -309,16 +370,28 @@ fn send(
     url: &str,
     accept: Option<&str>,
     auth: Option<&str>,
+    budget: &Budget,
 ) -> Result<Response, PullErrorKind> {
-    let mut req = agent.get(url);
+    let remaining = budget
+        .remaining()
+        .ok_or_else(|| PullErrorKind::Timeout(budget.expired_message()))?;
+    let mut req = agent
+        .get(url)
+        .config()
+        .timeout_global(Some(remaining))
+        .build();
     if let Some(a) = accept {
         req = req.header("Accept", a);
     }
     if let Some(a) = auth {
         req = req.header("Authorization", a);
     }
-    req.call()
-        .map_err(|e| PullErrorKind::Unreachable(format!("{url}: {e}")))
+    req.call().map_err(|e| match e {
+        ureq::Error::Timeout(ureq::Timeout::Global) => {
+            PullErrorKind::Timeout(format!("{url}: {}", budget.expired_message()))
+        }
+        e => PullErrorKind::Unreachable(format!("{url}: {e}")),
+    })
 }
 
 fn check(resp: Response, url: &str) -> Result<Response, PullErrorKind> {

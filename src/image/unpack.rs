@@ -36,9 +36,26 @@ impl fmt::Display for UnpackError {
         if self.entry.is_empty() {
             write!(f, "{}", self.why)
         } else {
-            write!(f, "entry {:?}: {}", self.entry, self.why)
+            write!(f, "entry {}: {}", shown(self.entry.as_bytes()), self.why)
         }
     }
+}
+
+/// Longest part of a name from the layer that a message repeats.
+const SHOWN_MAX: usize = 200;
+
+/// A name from the layer as a message shows it: quoted and escaped, and cut to its first
+/// [`SHOWN_MAX`] bytes (a hostile name can be a megabyte; messages reach the journal and Events).
+pub fn shown(name: &[u8]) -> String {
+    let lossy = String::from_utf8_lossy(name);
+    if name.len() <= SHOWN_MAX {
+        return format!("{lossy:?}");
+    }
+    let mut end = SHOWN_MAX;
+    while !lossy.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{:?}... ({} bytes)", &lossy[..end], name.len())
 }
 
 impl std::error::Error for UnpackError {}
@@ -287,8 +304,8 @@ impl Unpacker {
                     err(
                         name,
                         format!(
-                            "hard link target {:?} is not in this layer: {why}",
-                            String::from_utf8_lossy(&target)
+                            "hard link target {} is not in this layer: {why}",
+                            shown(&target)
                         ),
                     )
                 })?;
@@ -300,10 +317,7 @@ impl Unpacker {
                     Err(_) => {
                         return Err(err(
                             name,
-                            format!(
-                                "hard link target {:?} is not in this layer",
-                                String::from_utf8_lossy(&target)
-                            ),
+                            format!("hard link target {} is not in this layer", shown(&target)),
                         ));
                     }
                 }
@@ -410,8 +424,13 @@ impl Unpacker {
     fn finish_dir_times(&mut self) -> Result<(), UnpackError> {
         self.last_parent = None;
         for (rel, mtime) in std::mem::take(&mut self.dir_times) {
-            let fd = open_dir_beneath(&self.root, rel.as_str())
-                .map_err(|e| os(&rel, "opening the directory", e))?;
+            let fd = match open_dir_beneath(&self.root, rel.as_str()) {
+                Ok(fd) => fd,
+                // A later entry replaced the directory (a file, a symlink, a whiteout) or
+                // removed it: the tar is valid, its time no longer applies.
+                Err(Errno::NOTDIR | Errno::NOENT | Errno::LOOP) => continue,
+                Err(e) => return Err(os(&rel, "opening the directory", e)),
+            };
             let t = Meta::times_of(mtime);
             rfs::futimens(&fd, &t).map_err(|e| os(&rel, "setting the time", e))?;
         }
@@ -501,6 +520,13 @@ fn copy<R: Read>(from: &mut R, to: &mut std::fs::File, buf: &mut [u8]) -> io::Re
     }
 }
 
+/// A user or group ID from a header. `u32::MAX` is `(uid_t) -1`, which `chown` takes as "leave
+/// it", so a file would keep the unpacker's owner, root: refused, as the kernel refuses it as an
+/// ID.
+fn id_of(v: u64) -> Option<u32> {
+    u32::try_from(v).ok().filter(|v| *v != u32::MAX)
+}
+
 /// Ownership, mode, time and kept attributes of an entry.
 struct Meta {
     uid: u32,
@@ -520,9 +546,7 @@ impl Meta {
             if blank(f) {
                 return Ok(0);
             }
-            v.ok()
-                .and_then(|v| u32::try_from(v).ok())
-                .ok_or_else(|| bad(what))
+            v.ok().and_then(id_of).ok_or_else(|| bad(what))
         };
         let old = h.as_old();
         let mut m = Meta {
@@ -542,7 +566,8 @@ impl Meta {
                 let num = || {
                     std::str::from_utf8(ext.value_bytes())
                         .ok()
-                        .and_then(|v| v.trim().parse::<u32>().ok())
+                        .and_then(|v| v.trim().parse::<u64>().ok())
+                        .and_then(id_of)
                 };
                 match key {
                     "uid" => m.uid = num().ok_or_else(|| bad("PAX uid"))?,
@@ -584,5 +609,6 @@ impl Meta {
     }
 }
 
+pub mod bounds;
 #[cfg(test)]
 mod tests;

@@ -2,6 +2,7 @@
 //! on loopback with TLS and htpasswd or token auth (with a test double of the token service), and OCI images built and pushed by the tests.
 #![allow(dead_code)]
 
+pub mod hostile;
 pub mod oci;
 pub mod registry;
 pub mod token;

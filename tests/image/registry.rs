@@ -138,6 +138,19 @@ impl Registry {
         Self::serve(dir, certs, None, &tokens.registry_auth(), push)
     }
 
+    /// A registry over plain HTTP (for a node that lists it as insecure) whose `auth: token`
+    /// challenge names `realm`, wherever that is; it trusts `tokens`' issuer.
+    pub fn start_plain_with_realm(
+        dir: &Path,
+        certs: &Certs,
+        tokens: &super::token::TokenService,
+        realm: &str,
+    ) -> Registry {
+        std::fs::create_dir_all(dir.join("data")).unwrap();
+        let auth = tokens.registry_auth().replace(&tokens.realm, realm);
+        Self::serve_with(dir, certs, None, &auth, String::new(), false)
+    }
+
     fn serve(
         dir: &Path,
         certs: &Certs,
@@ -145,18 +158,36 @@ impl Registry {
         auth: &str,
         push_auth: String,
     ) -> Registry {
+        Self::serve_with(dir, certs, upstream, auth, push_auth, true)
+    }
+
+    fn serve_with(
+        dir: &Path,
+        certs: &Certs,
+        upstream: Option<&Registry>,
+        auth: &str,
+        push_auth: String,
+        tls: bool,
+    ) -> Registry {
         let port = free_port();
         let host = format!("127.0.0.1:{port}");
         let proxy = match upstream {
             Some(u) => format!("proxy:\n  remoteurl: https://{}\n", u.host),
             None => String::new(),
         };
+        let tls = if tls {
+            format!(
+                "  tls:\n    certificate: {}\n    key: {}\n",
+                certs.dir.join("server.pem").display(),
+                certs.dir.join("server.key").display()
+            )
+        } else {
+            String::new()
+        };
         let config = format!(
-            "version: 0.1\nlog:\n  level: {level}\n  accesslog:\n    disabled: true\nstorage:\n  filesystem:\n    rootdirectory: {data}\n  delete:\n    enabled: true\nhttp:\n  addr: {host}\n  secret: podunit-test-secret\n  tls:\n    certificate: {cert}\n    key: {key}\n{auth}{proxy}",
+            "version: 0.1\nlog:\n  level: {level}\n  accesslog:\n    disabled: true\nstorage:\n  filesystem:\n    rootdirectory: {data}\n  delete:\n    enabled: true\nhttp:\n  addr: {host}\n  secret: podunit-test-secret\n{tls}{auth}{proxy}",
             level = if upstream.is_some() { "info" } else { "error" },
             data = dir.join("data").display(),
-            cert = certs.dir.join("server.pem").display(),
-            key = certs.dir.join("server.key").display(),
         );
         std::fs::write(dir.join("config.yml"), config).unwrap();
         let log = std::fs::File::create(dir.join("registry.log")).unwrap();

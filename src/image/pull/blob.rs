@@ -33,11 +33,18 @@ pub fn fetch(
         .open(dest)
         .map_err(|e| super::store_kind(StoreError::Io(dest.to_path_buf(), e)))?;
     let (got, count) = copy_verified(body, desc, (&mut file, dest), cancel, progress)?;
-    if got != desc.digest || count != desc.size {
+    if count != desc.size {
+        return Err(PullErrorKind::Size {
+            what: format!("layer {}", desc.digest),
+            expected: desc.size,
+            got: count,
+        });
+    }
+    if got != desc.digest {
         return Err(PullErrorKind::Digest {
             what: format!("layer {}", desc.digest),
             expected: desc.digest.clone(),
-            got: format!("{got}, {count} of {} bytes", desc.size),
+            got: got.to_string(),
         });
     }
     if sync {
@@ -60,7 +67,12 @@ fn copy_verified(
     let mut hasher = Sha256::new();
     let mut count: u64 = 0;
     let read_err = |e: io::Error| {
-        PullErrorKind::Registry(format!("layer {}: reading the blob: {e}", desc.digest))
+        let m = format!("layer {}: reading the blob: {e}", desc.digest);
+        if e.kind() == io::ErrorKind::TimedOut {
+            PullErrorKind::Timeout(m)
+        } else {
+            PullErrorKind::Registry(m)
+        }
     };
     loop {
         if cancel.load(Ordering::Relaxed) {

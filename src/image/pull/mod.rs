@@ -17,8 +17,9 @@ use super::registries::Endpoint;
 use super::registry::Client;
 use super::store::write::{Commit, Lock, is_no_space};
 use super::store::{RefRecord, ResolvedImage, Store, StoreError};
+use super::transfer::Budget;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 
 /// Layer downloads at the same time: they overlap the network's latency with each other and with
 /// the unpacking; more buys little on small hosts.
@@ -99,6 +100,8 @@ pub struct Puller<'a> {
 /// What the registry says the image is, before any layer is fetched.
 struct Resolved {
     ep: Endpoint,
+    /// The pull's time bounds, started at its first request.
+    budget: Budget,
     /// The digest the name resolved to (an index or a manifest).
     top: Digest,
     /// This host's manifest.
@@ -179,13 +182,25 @@ impl Puller<'_> {
                 pending.push(i);
             }
         }
+        // The blobs to fetch must fit beside the store's reserve (each is deleted once unpacked,
+        // and the unpacking is checked as it goes).
+        let fetch: u64 = pending.iter().map(|&i| res.layers[i].size).sum();
+        layer::store_has_room(
+            self.store.root(),
+            fetch,
+            self.client.settings().limits.store_reserve_percent,
+        )
+        .map_err(|m| fail(PullErrorKind::NoSpace(m)))?;
+        let written = AtomicU64::new(0);
         // First the layers no other pull is fetching; then, holding none of ours any more, the
         // ones that were busy, waiting for their locks in one order (so two pulls never wait on
         // each other), fetched only if the other pull did not store them.
         let mut blocking = false;
         loop {
             let (jobs, busy) = self.claim(&res, &pending, blocking).map_err(fail)?;
-            let layers = self.fetch_and_unpack(r, &res, &jobs).map_err(fail)?;
+            let layers = self
+                .fetch_and_unpack(r, &res, &jobs, &written)
+                .map_err(fail)?;
             let mut batch = Commit {
                 layers,
                 ..Commit::default()
@@ -243,8 +258,7 @@ impl Puller<'_> {
                 |&i, cancel| {
                     let desc = &res.layers[i];
                     let p = dir.join(desc.digest.hex());
-                    self.fetch_blob(r, &res.ep, desc, &p, cancel, true)
-                        .map(|()| p)
+                    self.fetch_blob(r, &res, desc, &p, cancel, true).map(|()| p)
                 },
                 |_, p| Ok(p),
             );
@@ -271,7 +285,9 @@ impl Puller<'_> {
 
     /// The manifest for this host (through the index, if the name is one), and its config.
     fn resolve(&self, r: &Reference) -> Result<Resolved, PullErrorKind> {
-        let (ep, body, ct) = self.client.manifest(r, &r.manifest_key())?;
+        let limits = &self.client.settings().limits;
+        let budget = Budget::start(limits);
+        let (ep, body, ct) = self.client.manifest(r, &r.manifest_key(), &budget)?;
         let top = Digest::of(&body);
         if let Some(want) = &r.digest
             && &top != want
@@ -298,7 +314,7 @@ impl Puller<'_> {
                         }
                     })?;
                 let key = chosen.digest.to_string();
-                let (body, ct) = self.client.manifest_at(&ep, r, &key)?;
+                let (body, ct) = self.client.manifest_at(&ep, r, &key, &budget)?;
                 let got = Digest::of(&body);
                 if got != chosen.digest {
                     return Err(PullErrorKind::Digest {
@@ -325,7 +341,7 @@ impl Puller<'_> {
         }
         let cbody = self
             .client
-            .blob_bytes(&ep, r, &config.digest, config.size.max(1))?;
+            .blob_bytes(&ep, r, &config.digest, config.size.max(1), &budget)?;
         let got = Digest::of(&cbody);
         if got != config.digest || cbody.len() as u64 != config.size {
             return Err(PullErrorKind::Digest {
@@ -344,8 +360,25 @@ impl Puller<'_> {
             )));
         }
         blobs.push((config.digest.clone(), cbody));
+        // What the manifest says the layers weigh, against the limits, before any is fetched.
+        for l in &layers {
+            if l.size > limits.max_layer_bytes {
+                return Err(PullErrorKind::TooLarge(format!(
+                    "layer {} is {} bytes, more than {} (registries.limits.maxLayerBytes)",
+                    l.digest, l.size, limits.max_layer_bytes
+                )));
+            }
+        }
+        let total = layers.iter().fold(0u64, |t, l| t.saturating_add(l.size));
+        if total > limits.max_image_bytes {
+            return Err(PullErrorKind::TooLarge(format!(
+                "its layers are {total} bytes, more than {} (registries.limits.maxImageBytes)",
+                limits.max_image_bytes
+            )));
+        }
         Ok(Resolved {
             ep,
+            budget,
             top,
             manifest,
             blobs,
@@ -398,6 +431,7 @@ impl Puller<'_> {
         r: &Reference,
         res: &Resolved,
         jobs: &[LayerJob],
+        written: &AtomicU64,
     ) -> Result<Vec<(PathBuf, Digest)>, PullErrorKind> {
         // Unpacking is the CPU-heavy stage (decompression, hashing, file creation): one worker
         // per core, at most UNPACKERS (each holds its buffers and decoder state).
@@ -408,13 +442,20 @@ impl Puller<'_> {
             workers,
             |j, cancel| {
                 let blob = j.work.0.join("blob");
-                self.fetch_blob(r, &res.ep, &res.layers[j.index], &blob, cancel, false)
+                let desc = &res.layers[j.index];
+                self.fetch_blob(r, res, desc, &blob, cancel, false)
                     .map(|()| blob)
             },
             |j, blob| {
                 let dest = j.work.0.join("layer");
                 let (desc, diff_id) = (&res.layers[j.index], &res.diff_ids[j.index]);
-                layer::unpack(&blob, desc, diff_id, &dest)?;
+                let room = layer::PullRoom {
+                    limits: &self.client.settings().limits,
+                    image: written,
+                    store: self.store.root().to_path_buf(),
+                    layer: 0,
+                };
+                layer::unpack(&blob, desc, diff_id, &dest, room)?;
                 // The compressed copy is not kept: free its space before the next layer.
                 let _ = std::fs::remove_file(&blob);
                 self.layer_done(desc, false);
@@ -426,7 +467,7 @@ impl Puller<'_> {
     fn fetch_blob(
         &self,
         r: &Reference,
-        ep: &Endpoint,
+        res: &Resolved,
         desc: &Descriptor,
         dest: &Path,
         cancel: &AtomicBool,
@@ -436,7 +477,7 @@ impl Puller<'_> {
             digest: desc.digest.clone(),
             size: desc.size,
         });
-        let body = self.client.blob(ep, r, &desc.digest)?;
+        let body = self.client.blob(&res.ep, r, &desc.digest, &res.budget)?;
         blob::fetch(body, desc, dest, cancel, self.progress, sync)
     }
 

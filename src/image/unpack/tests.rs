@@ -258,3 +258,68 @@ fn the_walk_without_openat2_refuses_what_openat2_refuses() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_directory_replaced_later_in_the_same_layer_is_valid() {
+    // `d/` then `d` as a file; `e/`, `e/x` then `e` as a symlink; `w/`, `w/x` then `.wh.w`.
+    let tar = RawTar::new()
+        .dir("d/")
+        .file("d", b"now a file")
+        .dir("e/")
+        .file("e/x", b"x")
+        .entry(b'2', "e", "elsewhere", b"", 0o777)
+        .dir("w/")
+        .file("w/x", b"x")
+        .file(".wh.w", b"")
+        .finish();
+    let (base, layer) = scratch("replaced");
+    apply(&layer, &tar).unwrap();
+    assert_eq!(std::fs::read(layer.join("d")).unwrap(), b"now a file");
+    assert_eq!(
+        std::fs::read_link(layer.join("e")).unwrap(),
+        Path::new("elsewhere")
+    );
+    let w = std::fs::symlink_metadata(layer.join("w")).unwrap();
+    assert!(
+        w.file_type().is_char_device() && w.rdev() == 0,
+        "a whiteout"
+    );
+    let _ = std::fs::remove_dir_all(base);
+}
+
+#[test]
+fn the_no_change_id_is_refused_not_taken_as_root() {
+    // (uid_t) -1 is chown's "leave it": the file would keep the unpacker's owner, root.
+    // The tar crate copies PAX ids into the header, so the header's check says it.
+    for k in ["uid", "gid"] {
+        let tar = RawTar::new()
+            .pax(&[(k, b"4294967295")])
+            .file("f", b"x")
+            .finish();
+        let (base, layer) = scratch(&format!("noid-{k}"));
+        let e = apply(&layer, &tar).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("entry \"f\": bad {k} in the tar header")
+        );
+        let _ = std::fs::remove_dir_all(base);
+    }
+}
+
+#[test]
+fn a_long_hostile_name_is_shown_cut_and_escaped() {
+    let name = format!("{}\u{1b}[2J{}", "a/".repeat(150), "b".repeat(5000));
+    let tar = RawTar::new()
+        .pax(&[("path", name.as_bytes())])
+        .entry(b'3', "x", "", b"", 0o666)
+        .finish();
+    let (base, layer) = scratch("longname");
+    let e = apply(&layer, &tar).unwrap_err().to_string();
+    assert!(e.len() < 400, "{e}");
+    assert!(e.contains(&format!("... ({} bytes)", name.len())), "{e}");
+    assert!(
+        !e.contains('\u{1b}'),
+        "control characters are escaped: {e:?}"
+    );
+    let _ = std::fs::remove_dir_all(base);
+}
