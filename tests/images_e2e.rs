@@ -507,3 +507,106 @@ fn local_pods_pull_with_their_image_pull_secrets() {
         "never its value"
     );
 }
+
+/// An image's device nodes and setuid files are the image's, not the host's: a container that is
+/// not privileged can open none of them, nor any host device beyond a runtime's default list,
+/// and its root is `nosuid` where it may not gain privileges. A privileged container keeps both,
+/// as under a container runtime.
+#[test]
+fn an_images_device_nodes_never_reach_the_host() {
+    let dir = std::env::temp_dir().join(format!("podunit-images-e2e-{}-dev", std::process::id()));
+    let evil = oci::image(
+        host_arch(),
+        &[Layer {
+            tar: busybox_root(&mut |t| {
+                // 0666 nodes: a loop disk and a second /dev/null, which any process could open
+                // if the kernel let it.
+                t.dir("evil/")
+                    .device("evil/disk", b'4', 7, 0, 0o666)
+                    .device("evil/null", b'3', 1, 3, 0o666);
+            }),
+            comp: Comp::Gzip,
+            declared_size: None,
+        }],
+        serde_json::json!({"Env": [PATH]}),
+    );
+    let (reg, certs) = Registry::serving(&dir, None, &[("evil/devices", "1", &evil)]);
+    let m = Machine::boot("images-devices");
+    let client = Client::new(
+        registry::settings(&reg.host, &certs.ca()),
+        registry::keyring(&reg.host, USER, PASSWORD),
+    );
+    let store = Store::open(m.dir().join("root/var/lib/podunit/store"));
+    registry::pull(&store, &client, "evil/devices:1").unwrap();
+    // Each container tries to open each node and says what the kernel answered.
+    let script = "for f in /evil/disk /evil/null /dev/null /dev/net/tun; do \
+                  if cat $f > /dev/null 2> /tmp/err < /dev/null; then echo \"$f: opened\"; \
+                  else echo \"$f: $(cat /tmp/err)\"; fi; done; echo done; exec sleep 1000";
+    let container = |name: &str, sc: &str| {
+        format!(
+            "  - name: {name}\n    image: evil/devices:1\n    command: [sh, -c, {script:?}]\n    securityContext: {sc}\n"
+        )
+    };
+    let pod = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: devices\nspec:\n  containers:\n{}{}{}",
+        container("user", "{runAsUser: 1000}"),
+        container("root", "{allowPrivilegeEscalation: false}"),
+        container("privileged", "{privileged: true}"),
+    );
+    m.write("/etc/pods.d/devices.yaml", pod.as_bytes());
+    start_pods(&m);
+    // The container's own output: its process's journal entries, not the unit's (systemd's
+    // messages about the unit name the files too).
+    let said = |c: &str| {
+        let unit = ctr_unit("default", "devices", c);
+        m.wait_for(&format!("{c} to finish its checks"), SOON, || {
+            let out = m.sh_ok(&format!(
+                "journalctl --no-pager -o cat _SYSTEMD_UNIT={unit}"
+            ));
+            out.contains("done\n").then_some(out)
+        })
+    };
+    let denied = "Permission denied"; // nodev: the mount refuses device nodes (EACCES)
+    let cgroup = "Operation not permitted"; // DevicePolicy=closed: the device cgroup (EPERM)
+    let user = said("user");
+    let root = said("root");
+    for (who, out) in [("user", &user), ("root", &root)] {
+        for node in ["/evil/disk", "/evil/null"] {
+            let want = format!("{node}: cat: can't open '{node}': {denied}");
+            assert!(out.contains(&want), "{who}: {want}\n{out}");
+        }
+        assert!(out.contains("/dev/null: opened"), "{who}: {out}");
+    }
+    // The host's /dev is in sight (systemd binds it into the root), its devices are not: a root
+    // container with CAP_DAC_OVERRIDE still cannot open /dev/net/tun.
+    assert!(
+        root.contains(&format!(
+            "/dev/net/tun: cat: can't open '/dev/net/tun': {cgroup}"
+        )),
+        "{root}"
+    );
+    let privileged = said("privileged");
+    assert!(privileged.contains("/evil/null: opened"), "{privileged}");
+
+    // The roots' mount flags, from each main process's own mount table.
+    let root_flags = |c: &str| {
+        let pid = m.prop(&ctr_unit("default", "devices", c), "MainPID");
+        let table = m.sh_ok(&format!("cat /proc/{pid}/mountinfo"));
+        let line = table
+            .lines()
+            .find(|l| l.split(' ').nth(4) == Some("/"))
+            .unwrap_or_else(|| panic!("no / in {c}'s mount table:\n{table}"))
+            .to_string();
+        line.split(' ').nth(5).unwrap().to_string()
+    };
+    let has = |flags: &str, f: &str| flags.split(',').any(|x| x == f);
+    let (u, r, p) = (
+        root_flags("user"),
+        root_flags("root"),
+        root_flags("privileged"),
+    );
+    assert!(has(&u, "nodev") && !has(&u, "nosuid"), "user: {u}");
+    assert!(has(&r, "nodev") && has(&r, "nosuid"), "root: {r}");
+    assert!(!has(&p, "nodev") && !has(&p, "nosuid"), "privileged: {p}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

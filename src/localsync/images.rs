@@ -489,6 +489,8 @@ mod tests {
                 working_dir: None,
                 reference: "busybox".into(),
                 pull_policy: "Always".into(),
+                devices: false,
+                setuid: true,
             }],
             ..PodPlan::default()
         };

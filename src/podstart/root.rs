@@ -170,11 +170,19 @@ pub fn mount(plan: &PodPlan, paths: &Paths, container: &str) -> Result<(), RootE
         upper.display(),
         work.display()
     );
+    // Device nodes and setuid programs of an image are hostile until the pod says otherwise.
+    let mut flags = MsFlags::empty();
+    if !root.devices {
+        flags |= MsFlags::MS_NODEV;
+    }
+    if !root.setuid {
+        flags |= MsFlags::MS_NOSUID;
+    }
     nix::mount::mount(
         Some("overlay"),
         &target,
         Some("overlay"),
-        MsFlags::empty(),
+        flags,
         Some(data.as_str()),
     )
     .map_err(|error| RootError::Mount {
@@ -272,6 +280,8 @@ mod tests {
                 working_dir: None,
                 reference: "busybox".into(),
                 pull_policy: "Always".into(),
+                devices: false,
+                setuid: true,
             }],
             etc: None,
             pull_secrets: vec![],

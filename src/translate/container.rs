@@ -525,6 +525,8 @@ fn one(
         )]
     })?;
     let working_dir = working_dir.map(str::to_string);
+    let csc = c.security_context.as_ref();
+    let privileged = csc.and_then(|s| s.privileged) == Some(true);
     let root = stored.map(|img| RootPlan {
         container: c.name.clone(),
         image: img.image_id.clone(),
@@ -535,6 +537,11 @@ fn one(
             image_ref,
             c.image_pull_policy.as_deref(),
         ),
+        // As a runtime mounts the root: an image's device nodes work only for a privileged
+        // container, its setuid programs only where the container may gain privileges (the
+        // Kubernetes default, unless allowPrivilegeEscalation: false).
+        devices: privileged,
+        setuid: privileged || csc.and_then(|s| s.allow_privilege_escalation) != Some(false),
     });
     Ok(Built {
         unit: u,

@@ -68,6 +68,14 @@ pub struct RootPlan {
     pub reference: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub pull_policy: String,
+    /// Device nodes in the image are usable (a privileged container); otherwise the root is
+    /// mounted `nodev`. Absent (an older plan): not usable.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub devices: bool,
+    /// Set-user-ID and file capabilities in the image take effect (the container may gain
+    /// privileges); otherwise the root is mounted `nosuid`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub setuid: bool,
 }
 
 /// What the kubelet puts in a pod's name files.

@@ -282,6 +282,15 @@ pub fn apply(
     }
     // Its own mount table. (The IPC namespace is the pod's: see the container unit.)
     svc.add("PrivateMounts", Value::Trusted("yes".into()));
+    // Devices as a container runtime's device cgroup allows them (runc's default list, which the
+    // kubelet's CRI runtimes use): `closed` is null, zero, full, random and urandom; then the
+    // terminal and pseudo-terminals. systemd binds the host's /dev into a container's root, so
+    // without this a root container could open the host's disks; no node an image ships or a
+    // process makes can be opened either.
+    svc.add("DevicePolicy", Value::Trusted("closed".into()));
+    for d in ["/dev/tty rw", "/dev/ptmx rw", "char-pts rw"] {
+        svc.add("DeviceAllow", Value::Trusted(d.into()));
+    }
     // Read-only kernel tunables, no module loading, no kernel log. For a non-root user systemd
     // implies NoNewPrivileges= with these, which Kubernetes only sets for
     // allowPrivilegeEscalation: false; so a non-root container that may escalate (setuid

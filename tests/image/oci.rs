@@ -65,6 +65,15 @@ impl TarBuilder {
         self
     }
 
+    /// A device node (`b'3'` character, `b'4'` block) as a hostile image would ship it.
+    pub fn device(&mut self, path: &str, kind: u8, major: u32, minor: u32, mode: u32) -> &mut Self {
+        let mut h = Self::header(tar::EntryType::new(kind), 0, mode);
+        h.set_device_major(major).unwrap();
+        h.set_device_minor(minor).unwrap();
+        self.0.append_data(&mut h, path, &[][..]).unwrap();
+        self
+    }
+
     pub fn symlink(&mut self, path: &str, target: &str) -> &mut Self {
         let mut h = Self::header(tar::EntryType::Symlink, 0, 0o777);
         self.0.append_link(&mut h, path, target).unwrap();

@@ -27,7 +27,7 @@ const CGROUP_STAGING: &str = "/var/lib/podunit-test/cgroup";
 /// Inside the machine: PID 1 on cgroup v1 hosts, see `CgroupFixup`.
 const INIT: &str = "/usr/local/sbin/podunit-test-init";
 /// cgroup v1 controllers a pod's limits need; see `CgroupFixup`.
-const V1_CONTROLLERS: &[&str] = &["memory", "cpu", "cpuacct", "pids"];
+const V1_CONTROLLERS: &[&str] = &["memory", "cpu", "cpuacct", "pids", "devices"];
 
 const BOOT_TIMEOUT: Duration = Duration::from_secs(120);
 const PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
