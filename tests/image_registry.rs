@@ -707,8 +707,45 @@ fn hostile_layers_are_refused() {
         "{e}"
     );
 
+    // (uid_t) -1, chown's "leave it": refused rather than left root's.
+    let mut t = Vec::new();
+    let rec = "18 uid=4294967295\n";
+    raw_entry(&mut t, b'x', "PaxHeader", "", rec.as_bytes());
+    raw_entry(&mut t, b'0', "mine", "", b"x");
+    let e = hostile(&env, "evil/noid", end(t), None);
+    assert!(
+        e.contains("entry \"mine\": bad uid in the tar header"),
+        "{e}"
+    );
+
     assert_eq!(count(&outside), 0);
     assert!(!Path::new("/tmp/podunit-evil").exists());
+
+    // Valid, though it looks odd: a directory replaced later in the same layer by a file, a
+    // symlink or a whiteout, as the tar tools apply it.
+    let mut t = Vec::new();
+    raw_entry(&mut t, b'5', "d/", "", b"");
+    raw_entry(&mut t, b'0', "d", "", b"now a file");
+    raw_entry(&mut t, b'5', "e/", "", b"");
+    raw_entry(&mut t, b'0', "e/x", "", b"x");
+    raw_entry(&mut t, b'2', "e", "elsewhere", b"");
+    raw_entry(&mut t, b'5', "w/", "", b"");
+    raw_entry(&mut t, b'0', "w/x", "", b"x");
+    raw_entry(&mut t, b'0', ".wh.w", "", b"");
+    env.reg.push("odd/replaced", "1", &one_layer(end(t)));
+    let img = env.pull("odd/replaced:1").unwrap();
+    let top = &img.layers[0];
+    assert_eq!(std::fs::read(top.join("d")).unwrap(), b"now a file");
+    assert_eq!(
+        std::fs::read_link(top.join("e")).unwrap(),
+        Path::new("elsewhere")
+    );
+    assert!(
+        std::fs::symlink_metadata(top.join("w"))
+            .unwrap()
+            .file_type()
+            .is_char_device()
+    );
 }
 
 #[test]
