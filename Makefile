@@ -18,7 +18,7 @@ release:
 
 # The suites with `test = false` (run by test-e2e, test-packaging and bench) are not among
 # --all-targets: clippy checks them by name.
-MANUAL_SUITES := --test e2e --test images_e2e --test sync_e2e --test sandbox_e2e --test cluster_e2e --test probes_e2e \
+MANUAL_SUITES := --test e2e --test fields_e2e --test images_e2e --test sync_e2e --test sandbox_e2e --test cluster_e2e --test probes_e2e \
 	--test apiserver_e2e --test kubelet_api_e2e --test packaging --test packaging_e2e --test bench_reload --test bench_cluster --test bench_images --test bench_probes --test bench_kubelet
 
 # The generator alone as well: it builds the library without the `cli` feature, which a
@@ -63,7 +63,7 @@ controlplane:
 # Real systemd end to end: each test boots its own nspawn machine. E2E_JOBS machines at a time.
 E2E_JOBS ?= 4
 test-e2e: rootfs controlplane
-	$(CARGO) test --no-fail-fast --test e2e --test sync_e2e --test sandbox_e2e --test cluster_e2e \
+	$(CARGO) test --no-fail-fast --test e2e --test fields_e2e --test sync_e2e --test sandbox_e2e --test cluster_e2e \
 	  --test apiserver_e2e --test kubelet_api_e2e --test probes_e2e --test images_e2e -- --test-threads=$(E2E_JOBS)
 
 # Boots a throwaway systemd machine, installs the release build (as `make release` makes it, and as

@@ -232,7 +232,70 @@ impl PodPlan {
     }
 }
 
-/// Labels and annotations formatted as the kubelet writes them into downward API files.
+/// Labels and annotations formatted as the kubelet writes them into downward API files
+/// (`fieldpath.FormatMap`): `key="value"` lines in key order, the value quoted as Go's `%q`
+/// quotes it, and no newline after the last.
 pub fn format_map(map: &BTreeMap<String, String>) -> String {
-    map.iter().map(|(k, v)| format!("{k}={v:?}\n")).collect()
+    let lines: Vec<String> = map
+        .iter()
+        .map(|(k, v)| format!("{k}={}", go_quote(v)))
+        .collect();
+    lines.join("\n")
+}
+
+/// `strconv.Quote`: `"` and `\` escaped, Go's short escapes for the C0 controls that have one,
+/// `\xHH` for the other ASCII controls, `\uHHHH` (`\UHHHHHHHH`) for other characters that are
+/// not printable (controls, and spaces other than U+0020); everything else as it is.
+fn go_quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\u{7}' => out.push_str("\\a"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{b}' => out.push_str("\\v"),
+            c if (c as u32) < 0x20 || c == '\u{7f}' => {
+                out.push_str(&format!("\\x{:02x}", c as u32))
+            }
+            c if c.is_control() || (c.is_whitespace() && c != ' ') => {
+                if (c as u32) < 0x10000 {
+                    out.push_str(&format!("\\u{:04x}", c as u32));
+                } else {
+                    out.push_str(&format!("\\U{:08x}", c as u32));
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn maps_are_formatted_as_the_kubelet_formats_them() {
+        let m: BTreeMap<String, String> = [
+            ("tier", "a\"b\\c"),
+            ("app", "web"),
+            ("odd", "x\u{1b}y\u{0}\n\u{a0}\u{85}é"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        // What Go's fmt.Sprintf("%v=%q") gives for each, joined without a final newline.
+        assert_eq!(
+            format_map(&m),
+            "app=\"web\"\nodd=\"x\\x1by\\x00\\n\\u00a0\\u0085é\"\ntier=\"a\\\"b\\\\c\""
+        );
+        assert_eq!(format_map(&BTreeMap::new()), "");
+    }
 }
