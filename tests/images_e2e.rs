@@ -539,9 +539,11 @@ fn an_images_device_nodes_never_reach_the_host() {
     let store = Store::open(m.dir().join("root/var/lib/podunit/store"));
     registry::pull(&store, &client, "evil/devices:1").unwrap();
     // Each container tries to open each node and says what the kernel answered.
+    // (No scratch file: the pod's containers share one /tmp, and a root-owned file there would
+    // not be the non-root container's to write.)
     let script = "for f in /evil/disk /evil/null /dev/null /dev/net/tun; do \
-                  if cat $f > /dev/null 2> /tmp/err < /dev/null; then echo \"$f: opened\"; \
-                  else echo \"$f: $(cat /tmp/err)\"; fi; done; echo done; exec sleep 1000";
+                  if err=$(cat $f 2>&1 > /dev/null < /dev/null); then echo \"$f: opened\"; \
+                  else echo \"$f: $err\"; fi; done; echo done; exec sleep 1000";
     let container = |name: &str, sc: &str| {
         format!(
             "  - name: {name}\n    image: evil/devices:1\n    command: [sh, -c, {script:?}]\n    securityContext: {sc}\n"

@@ -33,6 +33,7 @@ packages() {
     echo "skopeo the image benchmark's baseline"
     echo "python3-grpcio a real gRPC health server for the grpc probe tests"
     echo "python3 the fuzz seed scripts and the kubelet API's WebSocket test client"
+    echo "iproute2 ip, to give a test machine an address inside its own network namespace"
 }
 
 missing=
