@@ -359,11 +359,12 @@ fn pulls_through_a_mirror() {
         .local_addr()
         .unwrap()
         .to_string();
-    let settings = Registries {
+    let mut settings = Registries {
         mirrors: [("docker.io".to_string(), vec![dead, mirror.host.clone()])].into(),
         ca: [(mirror.host.clone(), env.certs.ca())].into(),
         ..Default::default()
     };
+    settings.limits.store_reserve_percent = 0;
     let client = Client::new(settings, Keyring::default());
     let got = env
         .pull_with(&env.store(), &client, "docker.io/library/busybox:1.28")
@@ -833,7 +834,7 @@ fn the_cli_pulls_lists_inspects_and_prunes() {
     std::fs::write(
         root.join("etc/podunit/config.yaml"),
         format!(
-            "registries:\n  mirrors:\n    docker.io: [\"{h}\"]\n  ca:\n    \"{h}\": {ca}\n",
+            "registries:\n  mirrors:\n    docker.io: [\"{h}\"]\n  ca:\n    \"{h}\": {ca}\n  limits:\n    storeReservePercent: 0\n",
             h = env.reg.host,
             ca = env.certs.ca().display()
         ),
@@ -1068,6 +1069,7 @@ fn hostile_settings(
         insecure: vec![h.host.clone()],
         ..Default::default()
     };
+    s.limits.store_reserve_percent = 0;
     set(&mut s.limits);
     s
 }
@@ -1221,10 +1223,11 @@ fn credentials_go_to_a_token_realm_only_over_https_or_to_a_host_listed_insecure(
     let store = Store::open(dir.join("store"));
     let r = format!("{}/library/busybox:1.28", reg.host);
 
-    let only_registry = Registries {
+    let mut only_registry = Registries {
         insecure: vec![reg.host.clone()],
         ..Default::default()
     };
+    only_registry.limits.store_reserve_percent = 0;
     let e = registry::pull(
         &store,
         &Client::new(only_registry.clone(), keyring.clone()),

@@ -13,8 +13,10 @@ use podunit::image::{Reference, ResolvedImage, Store};
 use std::path::Path;
 
 /// docker.io and registry.k8s.io served by the registry at `host` (a plain mirror), `ca` trusted.
+/// No store reserve: the tests' stores are on the host's disk, whose fullness is not theirs to
+/// decide (tests/image_registry.rs checks the reserve on a file system of its own).
 pub fn settings(host: &str, ca: &Path) -> Registries {
-    Registries {
+    let mut s = Registries {
         mirrors: [
             ("docker.io".to_string(), vec![host.to_string()]),
             ("registry.k8s.io".to_string(), vec![host.to_string()]),
@@ -22,13 +24,15 @@ pub fn settings(host: &str, ca: &Path) -> Registries {
         .into(),
         ca: [(host.to_string(), ca.to_path_buf())].into(),
         ..Default::default()
-    }
+    };
+    s.limits.store_reserve_percent = 0;
+    s
 }
 
 /// The same, as a node's `/etc/podunit/config.yaml` says it (`ca` as the node sees the file).
 pub fn node_config(host: &str, ca: &str) -> String {
     format!(
-        "registries:\n  mirrors:\n    docker.io: [\"{host}\"]\n    registry.k8s.io: [\"{host}\"]\n  ca:\n    \"{host}\": {ca}\n"
+        "registries:\n  mirrors:\n    docker.io: [\"{host}\"]\n    registry.k8s.io: [\"{host}\"]\n  ca:\n    \"{host}\": {ca}\n  limits:\n    storeReservePercent: 0\n"
     )
 }
 
