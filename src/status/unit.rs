@@ -91,9 +91,18 @@ pub struct UnitState {
     pub fragment_path: String,
     /// Hex invocation ID of the current (or last) run; empty if none.
     pub invocation_id: String,
+    /// What the journal says of a step that failed before `execve()` (filled by the edges that
+    /// read the journal, for a unit whose exit status says so).
+    pub start_error: Option<crate::status::start_error::Detail>,
 }
 
 impl UnitState {
+    /// Whether its main process last ended with one of systemd's statuses for a step that failed
+    /// before `execve()`: then the journal tells which and why.
+    pub fn start_failed(&self) -> bool {
+        crate::status::start_error::is_start_error(self.exec_main_code, self.exec_main_status)
+    }
+
     /// What a container's state depends on ([`crate::status::container`]).
     pub fn facts(&self) -> UnitFacts<'_> {
         UnitFacts {
@@ -105,6 +114,7 @@ impl UnitState {
             start_us: self.exec_main_start_us,
             exit_us: self.exec_main_exit_us,
             main_pid: self.main_pid,
+            start_error: self.start_error.as_ref(),
         }
     }
 

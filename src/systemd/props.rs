@@ -143,6 +143,7 @@ pub fn unit_state(
         main_pid: u32::try_from(uint(service, "MainPID")).unwrap_or(0),
         fragment_path: string(unit, "FragmentPath"),
         invocation_id: hex_bytes(unit, "InvocationID"),
+        start_error: None,
     }
 }
 
