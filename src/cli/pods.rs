@@ -40,7 +40,7 @@ pub fn pod_status(
         let s = client.unit_state(u).map_err(|e| e.to_string())?;
         units.insert(u.clone(), s);
     }
-    status::start_journal::fill(&mut units);
+    status::start_detail::fill(&mut units);
     let terminating = orphan
         || pod
             .pod_unit

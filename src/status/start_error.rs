@@ -9,7 +9,7 @@
 //! (`container_start.go`): terminated with reason `StartError`, exit code 128 and the runtime's
 //! message, e.g. `exec: "/bin/app": stat /bin/app: no such file or directory`. Pure; the
 //! journal's account of the failed step (systemd's "Failed at step EXEC spawning ..." entry,
-//! with `EXECUTABLE=` and `ERRNO=`) is read by the callers ([`crate::status::start_journal`]).
+//! with `EXECUTABLE=` and `ERRNO=`) is read by the callers ([`crate::status::start_detail`]).
 
 use crate::status::unit::ExitKind;
 

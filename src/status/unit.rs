@@ -91,8 +91,12 @@ pub struct UnitState {
     pub fragment_path: String,
     /// Hex invocation ID of the current (or last) run; empty if none.
     pub invocation_id: String,
-    /// What the journal says of a step that failed before `execve()` (filled by the edges that
-    /// read the journal, for a unit whose exit status says so).
+    /// The program of `ExecStart=` and `RootDirectory=` (empty: the host's root): where a
+    /// start error's executable is looked for.
+    pub exec_path: String,
+    pub root_directory: String,
+    /// What failed of a start whose exit status says a step before `execve()` did
+    /// ([`crate::status::start_detail`] fills it).
     pub start_error: Option<crate::status::start_error::Detail>,
 }
 

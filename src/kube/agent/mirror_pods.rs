@@ -185,7 +185,7 @@ impl Worker {
             let Ok(mut props) = self.units.props(&units) else {
                 continue;
             };
-            crate::status::start_journal::fill(&mut props);
+            crate::status::start_detail::fill(&mut props);
             let mut obs = observe::observe(&m.static_pod, &props);
             crate::kube::probes::overlay_api_pod(&m.static_pod, &mut obs, &self.probes.results);
             let prev = m.posted.clone().or(api.status.clone());

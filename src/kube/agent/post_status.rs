@@ -208,7 +208,7 @@ impl Worker {
                     let units = rec.units.clone();
                     let props: HashMap<String, UnitState> = match self.units.props(&units) {
                         Ok(mut p) => {
-                            crate::status::start_journal::fill(&mut p);
+                            crate::status::start_detail::fill(&mut p);
                             p
                         }
                         Err(e) => {
