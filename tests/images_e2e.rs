@@ -588,8 +588,11 @@ fn a_pod_that_cannot_start_says_why_pulls_at_each_attempt_and_recovers() {
 
     start_sync(&m);
     let unit = ctr_unit("default", "app", "main");
+    // Checked while systemd waits to try again (RestartSec=), not in the instant of an attempt.
     m.wait_for("app to fail its starts", SOON * 3, || {
-        (m.prop(&unit, "NRestarts").parse::<u32>().unwrap_or(0) >= 1).then_some(())
+        (m.prop(&unit, "NRestarts").parse::<u32>().unwrap_or(0) >= 1
+            && m.prop(&unit, "SubState") == "auto-restart")
+            .then_some(())
     });
     assert_eq!(m.prop(&unit, "ExecMainStatus"), "203", "systemd's 203/EXEC");
     let j = status_json(&m, "app");
@@ -606,7 +609,15 @@ fn a_pod_that_cannot_start_says_why_pulls_at_each_attempt_and_recovers() {
         "{j}"
     );
     let one = m.sh_ok("podunit status app");
-    assert!(one.contains("StartError"), "{one}");
+    assert!(
+        one.contains("Message:     container main: StartError: exec: \"/bin/app\""),
+        "{one}"
+    );
+    let logs = m.sh_ok("podunit logs app 2>&1");
+    assert!(
+        logs.contains("container \"main\" did not start: StartError: exec: \"/bin/app\""),
+        "{logs}"
+    );
     let sync = m.sh_ok("journalctl -b --no-pager -o cat -u podunit-sync.service");
     assert!(
         sync.contains("asking the registry for image \"app\" again"),
