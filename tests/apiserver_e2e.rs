@@ -1243,3 +1243,100 @@ fn api_pods_pull_always_images_at_restarts_and_refuse_damaged_blobs() {
     );
     drop(reg);
 }
+
+/// Runs `ip ARGS` in the machine's own network namespace (it has a private network: nothing
+/// here reaches the host's).
+fn machine_ip(m: &Machine, args: &str) {
+    let out = std::process::Command::new("nsenter")
+        .args(["-t", &m.leader().to_string(), "-n", "--", "ip"])
+        .args(args.split_whitespace())
+        .output()
+        .expect("nsenter ip");
+    assert!(
+        out.status.success(),
+        "ip {args}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Issue 27 through a real API server:
+/// - a node with two IPv4 addresses (an interface with a secondary address and the default
+///   route, in the machine's own network namespace) reports one IP per family, the node IP (the
+///   default route's interface's first address), as the kubelet does: the API server takes the
+///   status and the pod runs;
+/// - a container whose command does not exist is terminated with reason `StartError`, exit code
+///   128 and the runtime's message, as the kubelet (containerd) reports it;
+/// - a status the API server refuses (a `nodeIP` written as two addresses) is a Warning Event on
+///   the pod and a message in `podunit status`, not only a journal line.
+#[test]
+fn pod_ips_start_errors_and_refused_statuses_through_a_real_apiserver() {
+    let (m, cp) = machine_with_control_plane("pod-ips", Options::default());
+    machine_ip(&m, "link add podunit-e2e type bridge");
+    machine_ip(&m, "addr add 10.254.0.1/24 dev podunit-e2e");
+    machine_ip(&m, "addr add 10.254.0.2/24 dev podunit-e2e");
+    machine_ip(&m, "link set podunit-e2e up");
+    machine_ip(&m, "route add default dev podunit-e2e");
+    start_sync(&m, "");
+    cp.kubectl_ok(
+        &["apply", "-f", "-"],
+        Some(&pod_yaml("ips", "Always", "exec sleep 100000")),
+    );
+    let mut broken: Value = serde_json::from_str(&pod_yaml("broken", "Always", "")).unwrap();
+    broken["spec"]["containers"][0]["command"] = json!(["/nonexistent/app"]);
+    cp.kubectl_ok(&["apply", "-f", "-"], Some(&broken.to_string()));
+    on_machine_network(&m, &cp, |api| {
+        let p = m.wait_for("ips running in the API", SOON * 2, || {
+            let p = pod(api, "ips")?;
+            (p.status.as_ref()?.phase.as_deref() == Some("Running")).then_some(p)
+        });
+        let st = p.status.unwrap();
+        let ips: Vec<String> = st.pod_ips.iter().flatten().map(|i| i.ip.clone()).collect();
+        assert_eq!(ips, ["10.254.0.1"], "one IP per family: the node IP");
+        assert_eq!(st.host_ip.as_deref(), Some("10.254.0.1"));
+
+        let t = m.wait_for("broken's start error", SOON * 2, || {
+            let p = pod(api, "broken")?;
+            let cs = main_status(&p).clone();
+            cs.last_state?.terminated
+        });
+        assert_eq!(
+            (t.reason.as_deref(), t.exit_code),
+            (Some("StartError"), 128),
+            "{t:?}"
+        );
+        let msg = t.message.unwrap_or_default();
+        assert!(
+            msg.starts_with(
+                "exec: \"/nonexistent/app\": stat /nonexistent/app: no such file or directory"
+            ),
+            "{msg}"
+        );
+    });
+    let ev = pod_events(&cp, "broken");
+    assert!(
+        ev.iter().any(|e| e.0 == "Failed"
+            && e.1 == "Warning"
+            && e.2.starts_with("Error: exec: \"/nonexistent/app\"")),
+        "the kubelet's Failed event: {ev:?}"
+    );
+
+    // A node IP the API server cannot take: every status is refused, and said so.
+    start_sync(&m, "nodeIP: 10.254.0.1,10.254.0.2\n");
+    m.wait_for("the refusal as an event on the pod", SOON * 2, || {
+        pod_events(&cp, "ips")
+            .into_iter()
+            .find(|e| e.0 == "FailedToUpdatePodStatus")
+    });
+    let ev = pod_events(&cp, "ips");
+    let refused = ev
+        .iter()
+        .find(|e| e.0 == "FailedToUpdatePodStatus")
+        .unwrap();
+    assert_eq!(refused.1, "Warning");
+    assert!(refused.2.contains("10.254.0.1,10.254.0.2"), "{refused:?}");
+    let shown = m.sh_ok("podunit status");
+    assert!(
+        shown.contains("default/ips: the API server refused this node's status"),
+        "{shown}"
+    );
+}

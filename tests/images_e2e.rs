@@ -110,8 +110,8 @@ fn shell_image() -> oci::Image {
     )
 }
 
-/// `busybox` moved on: the shell image with a layer adding `/etc/podunit-v2`.
-fn busybox_v2() -> oci::Image {
+/// The shell image with one more layer, `extra` (a tar).
+fn shell_image_plus(extra: Vec<u8>) -> oci::Image {
     oci::image(
         host_arch(),
         &[
@@ -121,15 +121,22 @@ fn busybox_v2() -> oci::Image {
                 declared_size: None,
             },
             Layer {
-                tar: TarBuilder::new()
-                    .dir("etc/")
-                    .file("etc/podunit-v2", b"2\n", 0o644)
-                    .finish(),
+                tar: extra,
                 comp: Comp::Gzip,
                 declared_size: None,
             },
         ],
         serde_json::json!({"Env": [PATH], "Cmd": ["sh"]}),
+    )
+}
+
+/// `busybox` moved on: the shell image with a layer adding `/etc/podunit-v2`.
+fn busybox_v2() -> oci::Image {
+    shell_image_plus(
+        TarBuilder::new()
+            .dir("etc/")
+            .file("etc/podunit-v2", b"2\n", 0o644)
+            .finish(),
     )
 }
 
@@ -611,4 +618,146 @@ fn an_images_device_nodes_never_reach_the_host() {
     assert!(has(&r, "nodev") && has(&r, "nosuid"), "root: {r}");
     assert!(!has(&p, "nodev") && !has(&p, "nosuid"), "privileged: {p}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `app` fixed: the shell image with the `/bin/app` its pod runs.
+fn app_fixed() -> oci::Image {
+    shell_image_plus(
+        TarBuilder::new()
+            .dir("bin/")
+            .file(
+                "bin/app",
+                b"#!/bin/sh\necho app-fixed\nexec sleep 100000\n",
+                0o755,
+            )
+            .finish(),
+    )
+}
+
+/// `podunit status POD -o json` as JSON.
+fn status_json(m: &Machine, pod: &str) -> serde_json::Value {
+    let out = m.sh_ok(&format!("podunit status {pod} -o json"));
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
+}
+
+/// A local pod whose image lacks its command, on real systemd and a real registry:
+/// - before podunit-sync has looked at it, right after the reload, it is Pending
+///   (`ContainerCreating`) with its manifest as its source and an age, as the kubelet shows a
+///   static pod pulling its image;
+/// - systemd cannot exec the command (203/EXEC): the container is a `StartError` with exit code
+///   128 and the runtime's message, as containerd reports a task that did not start;
+/// - every start attempt of its `Always` image pulls again, failed ones included, so the fixed
+///   image pushed under the same tag ends the crash loop;
+/// - a crash-looping pod whose manifest changes is a new pod: its restarts count from 0.
+#[test]
+fn a_pod_that_cannot_start_says_why_pulls_at_each_attempt_and_recovers() {
+    let m = Machine::boot("images-start-error");
+    let images = Images::start_in(&m, "start-error");
+    images.configure_node(&m);
+    registry::in_machine_network(&m, || {
+        images.reg.push("library/app", "latest", &shell_image())
+    });
+    let app = b"apiVersion: v1\nkind: Pod\nmetadata:\n  name: app\nspec:\n  containers:\n  - name: main\n    image: app\n    command: [/bin/app]\n";
+    let looping = |command: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: looping\nspec:\n  containers:\n  - name: main\n    image: debian\n    command: {command}\n"
+        )
+    };
+    m.write("/etc/pods.d/app.yaml", app);
+    m.write(
+        "/etc/pods.d/looping.yaml",
+        looping("[/bin/missing]").as_bytes(),
+    );
+    // podunit-sync stopped: what the reload left is all there is to see.
+    m.sh_ok("systemctl stop podunit-sync.service");
+    m.daemon_reload();
+    let table = m.sh_ok("podunit status");
+    let row = status_row(&table, "app");
+    assert_eq!(
+        (row[2].as_str(), row[3].as_str(), row[6].as_str()),
+        ("0/1", "ContainerCreating", "etc"),
+        "{table}"
+    );
+    assert_ne!(row[5], "<unknown>", "{table}");
+    let one = m.sh_ok("podunit status app");
+    assert!(
+        one.contains("Source:      etc (/etc/pods.d/app.yaml)"),
+        "{one}"
+    );
+    let j = status_json(&m, "app");
+    assert_eq!(
+        (j["source"].as_str(), j["phase"].as_str()),
+        (Some("etc"), Some("Pending")),
+        "{j}"
+    );
+
+    start_sync(&m);
+    let unit = ctr_unit("default", "app", "main");
+    // Checked while systemd waits to try again (RestartSec=), not in the instant of an attempt.
+    m.wait_for("app to fail its starts", SOON * 3, || {
+        (m.prop(&unit, "NRestarts").parse::<u32>().unwrap_or(0) >= 1
+            && m.prop(&unit, "SubState") == "auto-restart")
+            .then_some(())
+    });
+    assert_eq!(m.prop(&unit, "ExecMainStatus"), "203", "systemd's 203/EXEC");
+    let j = status_json(&m, "app");
+    let last = &j["containerStatuses"][0]["lastState"]["terminated"];
+    assert_eq!(
+        (last["reason"].as_str(), last["exitCode"].as_i64()),
+        (Some("StartError"), Some(128)),
+        "{j}"
+    );
+    let message = last["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with("exec: \"/bin/app\": stat /bin/app: no such file or directory")
+            && message.contains("203/EXEC"),
+        "{j}"
+    );
+    let one = m.sh_ok("podunit status app");
+    assert!(
+        one.contains("Message:     container main: StartError: exec: \"/bin/app\""),
+        "{one}"
+    );
+    let logs = m.sh_ok("podunit logs app 2>&1");
+    assert!(
+        logs.contains("container \"main\" did not start: StartError: exec: \"/bin/app\""),
+        "{logs}"
+    );
+    let sync = m.sh_ok("journalctl -b --no-pager -o cat -u podunit-sync.service");
+    assert!(
+        sync.contains("asking the registry for image \"app\" again"),
+        "a start that failed is a start: the next one pulls first\n{sync}"
+    );
+
+    // The fixed image under the same tag: a start attempt pulls it and the pod runs it.
+    registry::in_machine_network(&m, || {
+        images.reg.push("library/app", "latest", &app_fixed())
+    });
+    m.wait_for("the fixed image running", SOON * 4, || {
+        (journal(&m, &unit).contains("app-fixed") && m.prop(&unit, "ActiveState") == "active")
+            .then_some(())
+    });
+
+    // The other pod crash-loops; its manifest changes: a new pod, whose restarts count from 0.
+    let other = ctr_unit("default", "looping", "main");
+    m.wait_for("looping to have restarted", SOON * 2, || {
+        (m.prop(&other, "NRestarts").parse::<u32>().unwrap_or(0) >= 1).then_some(())
+    });
+    m.write(
+        "/etc/pods.d/looping.yaml",
+        looping("[sh, -c, 'echo fixed-manifest; exec sleep 100000']").as_bytes(),
+    );
+    m.daemon_reload();
+    m.wait_for("the changed pod running", SOON * 2, || {
+        (journal(&m, &other).contains("fixed-manifest")
+            && m.prop(&other, "ActiveState") == "active")
+            .then_some(())
+    });
+    let table = m.sh_ok("podunit status");
+    let row = status_row(&table, "looping");
+    assert_eq!(
+        (row[3].as_str(), row[4].as_str()),
+        ("Running", "0"),
+        "{table}"
+    );
 }

@@ -112,8 +112,36 @@ fn run_inner(args: &Args) -> Result<ExitCode, String> {
         invocation,
         ..Default::default()
     };
+    // A run systemd could not start wrote nothing: say why, beside the log.
+    if !args.previous
+        && let Ok(st) = super::pods::pod_status(&client, &paths, pod, false, &[])
+        && let Some(why) = start_error_of(&st, &container)
+    {
+        errln!("podunit logs: container {container:?} did not start: {why}");
+    }
     logs::stream(&pod.key, &container, &opts, &mut Stdout, &|| true).map_err(|e| e.to_string())?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The start error of `container`'s current or last run, if that is what it was.
+fn start_error_of(st: &crate::status::pod::PodStatus, container: &str) -> Option<String> {
+    use crate::status::container::State;
+    let c = st
+        .init_container_statuses
+        .iter()
+        .chain(&st.container_statuses)
+        .find(|c| c.name == container)?;
+    [Some(&c.state), c.last_state.as_ref()]
+        .into_iter()
+        .flatten()
+        .find_map(|s| match s {
+            State::Terminated {
+                reason,
+                message: Some(m),
+                ..
+            } if reason == crate::status::start_error::REASON => Some(format!("{reason}: {m}")),
+            _ => None,
+        })
 }
 
 /// Standard output as [`super::output`] writes it: a closed pipe ends the program as it ends

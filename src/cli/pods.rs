@@ -40,6 +40,7 @@ pub fn pod_status(
         let s = client.unit_state(u).map_err(|e| e.to_string())?;
         units.insert(u.clone(), s);
     }
+    status::start_detail::fill(&mut units);
     let terminating = orphan
         || pod
             .pod_unit
@@ -62,11 +63,23 @@ pub fn pod_status(
     let mut st = status::pod::pod_status(pod, obs, &units, source, terminating);
     // What pod-prepare found missing, while the pod unit is down because of it.
     let pod_unit = pod.pod_unit.as_ref().and_then(|u| units.get(u));
-    if let (Some(uid), Some(u)) = (&pod.uid, pod_unit)
-        && let Some(rec) = records.iter().find(|r| &r.uid == uid)
+    let of_pod = |w: waiting::Writer| {
+        records.iter().find(|r| {
+            Some(&r.uid) == pod.uid.as_ref()
+                && (r.writer == waiting::Writer::Status) == (w == waiting::Writer::Status)
+        })
+    };
+    if let (Some(rec), Some(u)) = (of_pod(waiting::Writer::Agent), pod_unit)
         && waiting::applies(rec, &u.active_state, u.exec_main_start_us)
     {
         knownpods::apply_waiting(&mut st, rec);
+    }
+    // The API server refused what the node says of the pod.
+    if let Some(rec) = of_pod(waiting::Writer::Status) {
+        st.message = Some(match st.message.take() {
+            Some(m) => format!("{m}; {}", rec.message),
+            None => rec.message.clone(),
+        });
     }
     Ok(st)
 }

@@ -74,10 +74,36 @@ pub fn unrendered(
         .flat_map(|r| &r.refused)
         .map(|r| knownpods::refused(r, source_of(&r.file.to_string_lossy(), paths)))
         .collect();
-    let uids: std::collections::HashSet<&str> = rendered
+    let mut uids: std::collections::HashSet<&str> = rendered
         .iter()
         .filter_map(|(p, _)| p.uid.as_deref())
         .collect();
+    let agent_record = |uid: &str| {
+        known
+            .records
+            .iter()
+            .find(|r| r.writer == waiting::Writer::Agent && r.uid == uid)
+    };
+    // Local pods waiting for images: the generator named them (and their files) at the reload,
+    // before podunit-sync has written anything about them.
+    for w in known.report.iter().flat_map(|r| &r.waiting) {
+        if !uids.insert(w.uid.as_str()) {
+            continue;
+        }
+        let file = w.file.to_string_lossy();
+        let since = std::fs::metadata(paths.host(&file))
+            .or_else(|_| std::fs::metadata(&w.file))
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_micros() as u64);
+        out.push(knownpods::waiting_for_images(
+            w,
+            agent_record(&w.uid),
+            source_of(&file, paths),
+            since,
+        ));
+    }
     out.extend(
         known
             .records
@@ -86,6 +112,17 @@ pub fn unrendered(
             .map(knownpods::unspooled),
     );
     out
+}
+
+/// The manifest of a pod without units, as the generator's report names it.
+fn report_file(known: &Known, p: &PodStatus) -> Option<String> {
+    let r = known.report.as_ref()?;
+    let waiting = r.waiting.iter().map(|w| (&w.namespace, &w.name, &w.file));
+    let refused = r.refused.iter().map(|w| (&w.namespace, &w.name, &w.file));
+    waiting
+        .chain(refused)
+        .find(|(ns, name, _)| **ns == p.namespace && **name == p.name)
+        .map(|(_, _, f)| f.display().to_string())
 }
 
 fn now_us() -> u64 {
@@ -325,7 +362,10 @@ fn run_inner(args: &Args) -> Result<(), String> {
                             serde_json::to_string_pretty(st).expect("serializable")
                         );
                     } else {
-                        out!("{}", pod_header(st, None, now));
+                        out!(
+                            "{}",
+                            pod_header(st, report_file(&known, st).as_deref(), now)
+                        );
                     }
                     return Ok(());
                 }

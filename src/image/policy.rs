@@ -34,6 +34,18 @@ pub fn pending_restart(waiting_reason: Option<&str>, restart_count: i32) -> Opti
     (waiting_reason == Some("CrashLoopBackOff")).then_some(restart_count)
 }
 
+/// Whether a job of a container's unit that just ended was an attempt to start it that the image
+/// manager stands before, for the next start: the unit is up (`active`) or on its way to its next
+/// run (`activating`, which covers systemd's `auto-restart` between two runs), whatever the job's
+/// `result`. A start whose process could not be executed (exit status 203/EXEC) fails its job,
+/// and the kubelet still pulls an `Always` image before the next attempt: that pull is what lets
+/// a fixed image pushed under the same tag end the crash loop. A stop leaves the unit
+/// `inactive`/`failed`, a cancelled or skipped job started nothing.
+pub fn start_attempted(job_result: &str, active_state: &str) -> bool {
+    matches!(job_result, "done" | "failed" | "timeout")
+        && matches!(active_state, "active" | "activating")
+}
+
 /// Whether a pull made at a start brought another image than the one the container's root is
 /// made of: then the pod is rendered again from the new one.
 pub fn moved(running_image_id: &str, pulled_image_id: &str) -> bool {
@@ -85,6 +97,20 @@ mod tests {
         assert_eq!(pending_restart(Some("CrashLoopBackOff"), 2), Some(2));
         assert_eq!(pending_restart(Some("ContainerCreating"), 2), None);
         assert_eq!(pending_restart(None, 2), None);
+    }
+
+    #[test]
+    fn every_start_attempt_counts_whatever_it_did() {
+        // A start that ran the process, and one that could not execute it (203/EXEC: the job
+        // fails, systemd waits in auto-restart, which is `activating`).
+        assert!(start_attempted("done", "active"));
+        assert!(start_attempted("failed", "activating"));
+        assert!(start_attempted("timeout", "activating"));
+        // Stops and jobs that never started anything.
+        assert!(!start_attempted("done", "inactive"));
+        assert!(!start_attempted("failed", "failed"));
+        assert!(!start_attempted("canceled", "activating"));
+        assert!(!start_attempted("dependency", "inactive"));
     }
 
     #[test]

@@ -353,9 +353,21 @@ fn run_start(cs: &core::ContainerStatus) -> Option<Time> {
         .or_else(|| s.terminated.as_ref().and_then(|t| t.started_at.clone()))
 }
 
+/// The last run of a container, if systemd could not start it (`StartError`): when it ended
+/// and why.
+fn start_error(cs: &core::ContainerStatus) -> Option<(Option<Time>, String)> {
+    let t = cs
+        .state
+        .as_ref()
+        .and_then(|s| s.terminated.as_ref())
+        .or_else(|| cs.last_state.as_ref().and_then(|l| l.terminated.as_ref()))?;
+    (t.reason.as_deref() == Some(crate::status::start_error::REASON))
+        .then(|| (t.finished_at.clone(), t.message.clone().unwrap_or_default()))
+}
+
 /// The container events between the status last posted and the next one: `Created` and
-/// `Started` for each run not seen before, `BackOff` when a container starts waiting in
-/// CrashLoopBackOff.
+/// `Started` for each run not seen before, `Failed` for a run systemd could not start,
+/// `BackOff` when a container starts waiting in CrashLoopBackOff.
 pub fn lifecycle(
     pod: &core::Pod,
     prev: Option<&core::PodStatus>,
@@ -397,6 +409,18 @@ pub fn lifecycle(
                 "Normal",
                 "Started",
                 message::started(&cs.name),
+            ));
+        }
+        // A run systemd could not start: the kubelet's `Failed` ("Error: " and the runtime's
+        // message) where a run that started has `Started`, once per run.
+        if let Some((at, msg)) = start_error(&cs)
+            && old.and_then(start_error).map(|(a, _)| a) != Some(at)
+        {
+            out.push((
+                cs.name.clone(),
+                "Warning",
+                "Failed",
+                format!("Error: {msg}"),
             ));
         }
         let waiting = |c: &core::ContainerStatus| {
@@ -523,6 +547,24 @@ mod tests {
             reasons(lifecycle(&pod, Some(&crash), &b)),
             ["Created", "Started"]
         );
+        // A run systemd could not start: `Failed` with the runtime's message, once.
+        let mut not_started = crash.clone();
+        not_started.container_statuses.as_mut().unwrap()[0].last_state =
+            serde_json::from_value(serde_json::json!({"terminated": {"exitCode": 128,
+                "reason": "StartError", "message": "exec: \"/bin/app\": permission denied",
+                "finishedAt": "2026-01-01T00:02:00Z"}}))
+            .unwrap();
+        let ev = lifecycle(&pod, Some(&b), &not_started);
+        assert_eq!(
+            (ev[0].1, ev[0].2, ev[0].3.as_str()),
+            (
+                "Warning",
+                "Failed",
+                "Error: exec: \"/bin/app\": permission denied"
+            )
+        );
+        assert_eq!(reasons(ev), ["Failed", "BackOff"]);
+        assert!(lifecycle(&pod, Some(&not_started), &not_started).is_empty());
     }
 
     #[test]

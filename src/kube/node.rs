@@ -305,32 +305,36 @@ pub fn default_route_interface(route: &str) -> Option<String> {
     })
 }
 
-/// The host's IPv4 addresses: the default route's interface first, loopback only as a last resort.
+/// The node IP when none is configured, as the kubelet picks it without `--node-ip`
+/// (`chooseHostInterface`): the first IPv4 address of the default route's interface. One
+/// address: the API server takes at most one pod and host IP per family, and a host with a
+/// second address (a VPN, a dummy interface, a secondary address) must not make every pod's
+/// status invalid.
 fn host_addresses(route: &str) -> Vec<String> {
-    let preferred = default_route_interface(route);
-    let mut found: Vec<(bool, String)> = Vec::new();
+    let mut found: Vec<(String, std::net::Ipv4Addr)> = Vec::new();
     if let Ok(ifs) = nix::ifaddrs::getifaddrs() {
         for i in ifs {
-            let Some(addr) = i.address.as_ref().and_then(|a| a.as_sockaddr_in()) else {
-                continue;
-            };
-            let ip = addr.ip();
-            if ip.is_loopback() || ip.is_link_local() {
-                continue;
+            if let Some(addr) = i.address.as_ref().and_then(|a| a.as_sockaddr_in()) {
+                found.push((i.interface_name.clone(), addr.ip()));
             }
-            found.push((
-                Some(&i.interface_name) != preferred.as_ref(),
-                ip.to_string(),
-            ));
         }
     }
-    found.sort();
-    found.dedup();
-    let mut out: Vec<String> = found.into_iter().map(|(_, ip)| ip).collect();
-    if out.is_empty() {
-        out.push("127.0.0.1".to_string());
-    }
-    out
+    vec![choose_node_ip(
+        &found,
+        default_route_interface(route).as_deref(),
+    )]
+}
+
+/// The first usable address (not loopback, not link-local) of `preferred` (the default
+/// route's interface), in the kernel's order (its primary address first); without one, the
+/// first usable address of any interface; loopback as a last resort.
+fn choose_node_ip(addrs: &[(String, std::net::Ipv4Addr)], preferred: Option<&str>) -> String {
+    let usable = |ip: &std::net::Ipv4Addr| !ip.is_loopback() && !ip.is_link_local();
+    addrs
+        .iter()
+        .find(|(i, ip)| Some(i.as_str()) == preferred && usable(ip))
+        .or_else(|| addrs.iter().find(|(_, ip)| usable(ip)))
+        .map_or_else(|| "127.0.0.1".to_string(), |(_, ip)| ip.to_string())
 }
 
 #[cfg(test)]
@@ -441,6 +445,18 @@ mod tests {
         );
         let route = "Iface\tDestination\tGateway \tFlags\nens3\t0000A8C0\t00000000\t0001\neth0\t00000000\t0102A8C0\t0003\n";
         assert_eq!(default_route_interface(route).as_deref(), Some("eth0"));
+        let a = |i: &str, ip: &str| (i.to_string(), ip.parse().unwrap());
+        let addrs = [
+            a("lo", "127.0.0.1"),
+            a("dummy0", "10.0.0.1"),
+            a("eth0", "169.254.1.1"),
+            a("eth0", "192.168.2.7"),
+            a("eth0", "192.168.2.8"),
+        ];
+        // One address, the default route interface's first usable one, as the kubelet.
+        assert_eq!(choose_node_ip(&addrs, Some("eth0")), "192.168.2.7");
+        assert_eq!(choose_node_ip(&addrs, None), "10.0.0.1");
+        assert_eq!(choose_node_ip(&addrs[..1], Some("eth0")), "127.0.0.1");
         assert_eq!(go_arch("x86_64"), "amd64");
         assert_eq!(go_arch("aarch64"), "arm64");
     }

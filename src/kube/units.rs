@@ -232,6 +232,15 @@ fn parse_show(text: &str) -> HashMap<String, UnitState> {
                 "ExecMainExitTimestamp" => u.exec_main_exit_us = ts(),
                 "ActiveEnterTimestamp" => u.active_enter_us = ts(),
                 "MainPID" => u.main_pid = v.parse().unwrap_or(0),
+                "RootDirectory" => u.root_directory = v.into(),
+                // `{ path=/bin/app ; argv[]=/bin/app ; ... }`: the first command's program.
+                "ExecStart" if u.exec_path.is_empty() => {
+                    u.exec_path = v
+                        .split_once("path=")
+                        .and_then(|(_, r)| r.split(" ;").next())
+                        .unwrap_or_default()
+                        .to_string()
+                }
                 _ => {}
             }
         }
@@ -244,7 +253,7 @@ fn parse_show(text: &str) -> HashMap<String, UnitState> {
 }
 
 /// The properties [`parse_show`] reads: every field of [`UnitState`].
-const SHOW_PROPERTIES: &str = "Id,LoadState,FragmentPath,InvocationID,ActiveState,SubState,Result,NRestarts,ExecMainCode,ExecMainStatus,ExecMainStartTimestamp,ExecMainExitTimestamp,ActiveEnterTimestamp,MainPID";
+const SHOW_PROPERTIES: &str = "Id,LoadState,FragmentPath,InvocationID,ActiveState,SubState,Result,NRestarts,ExecMainCode,ExecMainStatus,ExecMainStartTimestamp,ExecMainExitTimestamp,ActiveEnterTimestamp,MainPID,ExecStart,RootDirectory";
 
 /// The D-Bus edge: systemd's own signals wake the status loop (no polling), properties come from
 /// the unit objects. `daemon-reload` is all a reload needs here: podunit-sync's reconcile loop
@@ -360,7 +369,7 @@ mod tests {
 
     #[test]
     fn show_output_parses() {
-        let text = "Id=podunit-ns_web_app.service\nLoadState=loaded\nActiveState=failed\nSubState=failed\nResult=exit-code\nNRestarts=4\nExecMainCode=1\nExecMainStatus=3\nExecMainStartTimestamp=@1700000000\nExecMainExitTimestamp=@1700000005\nActiveEnterTimestamp=n/a\nMainPID=0\nFragmentPath=/run/systemd/generator/podunit-ns_web_app.service\nInvocationID=ab01\n\nId=podunit-ns_web.service\nActiveState=active\nSubState=exited\n";
+        let text = "Id=podunit-ns_web_app.service\nLoadState=loaded\nActiveState=failed\nSubState=failed\nResult=exit-code\nNRestarts=4\nExecMainCode=1\nExecMainStatus=3\nExecMainStartTimestamp=@1700000000\nExecMainExitTimestamp=@1700000005\nActiveEnterTimestamp=n/a\nMainPID=0\nFragmentPath=/run/systemd/generator/podunit-ns_web_app.service\nInvocationID=ab01\nRootDirectory=/run/podunit/pods/u/roots/app\nExecStart={ path=/bin/app ; argv[]=/bin/app -x ; ignore_errors=no ; start_time=[n/a] ; stop_time=[n/a] ; pid=0 ; code=(null) ; status=0/0 }\n\nId=podunit-ns_web.service\nActiveState=active\nSubState=exited\n";
         let m = parse_show(text);
         let a = &m["podunit-ns_web_app.service"];
         assert_eq!(a.n_restarts, 4);
@@ -368,6 +377,8 @@ mod tests {
         assert_eq!(a.exec_main_status, 3);
         assert_eq!(a.name, "podunit-ns_web_app.service");
         assert_eq!(a.invocation_id, "ab01");
+        assert_eq!(a.exec_path, "/bin/app");
+        assert_eq!(a.root_directory, "/run/podunit/pods/u/roots/app");
         assert_eq!(a.exec_main_start_us, 1_700_000_000_000_000);
         assert_eq!(a.active_enter_us, 0);
         assert_eq!(m["podunit-ns_web.service"].sub_state, "exited");

@@ -40,11 +40,55 @@ pub fn release(paths: &Paths, uid: &str) {
     }
 }
 
-/// At the agent's start: what an earlier run held back is decided again, pod by pod.
+/// The API server refused the status of the pod `uid` (`namespace/name`) with `error`: left
+/// where `podunit status` shows it, since the cluster cannot.
+pub fn status_refused(paths: &Paths, uid: &str, namespace: &str, name: &str, error: &str) {
+    let rec = Record {
+        uid: uid.into(),
+        namespace: namespace.into(),
+        name: name.into(),
+        writer: Writer::Status,
+        reason: STATUS_REFUSED.into(),
+        message: refused_message(error),
+        containers: Vec::new(),
+        all_containers: Vec::new(),
+        refused: false,
+        at_us: waiting::now_us(),
+    };
+    if let Err(e) = waiting::write(paths, &rec) {
+        crate::localsync::log(&format!(
+            "{namespace}/{name}: cannot record the refused status: {e}"
+        ));
+    }
+}
+
+/// The Event reason (and record reason) of a pod status the API server refused. The kubelet's
+/// status manager only logs it; a node without a log in sight says it where people look.
+pub const STATUS_REFUSED: &str = "FailedToUpdatePodStatus";
+
+/// What `podunit status` and the pod's Event say of a refused status.
+pub fn refused_message(error: &str) -> String {
+    format!(
+        "the API server refused this node's status of the pod, so the cluster does not see its \
+         containers' state; it is sent again when it changes: {error}"
+    )
+}
+
+/// A status of the pod `uid` was accepted: the refusal is over.
+pub fn status_accepted(paths: &Paths, uid: &str) {
+    if !uid.is_empty() {
+        let _ = waiting::clear(paths, uid, Some(Writer::Status));
+    }
+}
+
+/// At the agent's start: what an earlier run held back is decided again, pod by pod, and every
+/// status is posted again.
 pub fn release_all(paths: &Paths) {
     for r in waiting::read_all(paths).unwrap_or_default() {
-        if r.writer == Writer::Agent {
-            release(paths, &r.uid);
+        match r.writer {
+            Writer::Agent => release(paths, &r.uid),
+            Writer::Status => status_accepted(paths, &r.uid),
+            Writer::Prepare => {}
         }
     }
 }

@@ -143,6 +143,8 @@ pub struct ImagePulls {
     running_seen: bool,
     /// The uids this process wrote records for.
     recorded: HashSet<String>,
+    /// Container units whose image tag moved: their pod's next restart is for that.
+    moved: HashSet<String>,
 }
 
 impl ImagePulls {
@@ -165,6 +167,7 @@ impl ImagePulls {
             running: HashMap::new(),
             running_seen: false,
             recorded: HashSet::new(),
+            moved: HashSet::new(),
         }
     }
 
@@ -211,6 +214,14 @@ impl ImagePulls {
                 self.request(&r.key, reference, &r.namespace, &r.pull_secrets);
             }
         }
+    }
+
+    /// Whether one of `units` (a pod's containers) is restarted because its image tag moved;
+    /// forgets it.
+    pub fn take_moved(&mut self, units: &[String]) -> bool {
+        let before = self.moved.len();
+        self.moved.retain(|u| !units.contains(u));
+        self.moved.len() != before
     }
 
     /// The pods the generator's last run left waiting for images.
@@ -312,7 +323,9 @@ impl ImagePulls {
                         moved.join(", ")
                     ));
                 }
-                waited || !moved.is_empty()
+                let reload = waited || !moved.is_empty();
+                self.moved.extend(moved.into_iter().map(String::from));
+                reload
             }
             (wait, Err(message)) => {
                 let runs = self.running.values().any(|r| r.reference == image);
@@ -462,6 +475,10 @@ mod tests {
             "busybox",
             Ok("docker.io/library/busybox@sha256:02".into())
         ));
+        // The pod's restart that follows is for the moved tag, once.
+        assert!(!p.take_moved(&["b.service".into()]));
+        assert!(p.take_moved(&["a.service".into(), "b.service".into()]));
+        assert!(!p.take_moved(&["a.service".into()]));
         // Unreachable registry: the container keeps its image, no reload, back-off respected.
         p.container_started("a.service");
         assert_eq!(image(requests.try_recv()).as_deref(), Ok("busybox"));

@@ -194,10 +194,12 @@ impl Syncer {
             let result = match action {
                 Action::Start { pod, unit } => {
                     log(&format!("starting pod {pod} ({unit})"));
+                    self.count_restarts_from_zero(&desired, pod);
                     self.client.start(unit).map(|_| sum.started += 1)
                 }
                 Action::Restart { pod, unit } => {
                     log(&format!("restarting pod {pod}: its units changed ({unit})"));
+                    self.count_restarts_from_zero(&desired, pod);
                     self.client.restart(unit).map(|_| sum.restarted += 1)
                 }
                 Action::Stop { unit, .. } if unit.ends_with(".slice") => {
@@ -277,6 +279,40 @@ impl Syncer {
             self.after_stops();
         }
         Ok(sum)
+    }
+
+    /// A static pod (re)started for its manifest is a new pod to Kubernetes (the kubelet's UID
+    /// of a static pod is its manifest's hash), whose containers count restarts from 0. systemd
+    /// keeps `NRestarts=` when a stop finds a unit waiting in `auto-restart` (it forgets it only
+    /// when a run ends with no restart to follow), so a crash-looping pod would carry its count
+    /// into its new manifest: `ResetFailedUnit` clears it first. Not for API pods (an updated
+    /// API pod is the same pod), nor for a pod rendered again because its `Always` image tag
+    /// moved: there the kubelet restarts the same container and its count goes on.
+    fn count_restarts_from_zero(
+        &mut self,
+        desired: &[GeneratedPod],
+        key: &generator_output::PodKey,
+    ) {
+        let Some(pod) = desired.iter().find(|p| p.key == *key) else {
+            return;
+        };
+        let is_static = pod
+            .source_path
+            .as_deref()
+            .and_then(|s| crate::status::pod::source_of(s, &self.opts.paths))
+            .is_some_and(|s| s.is_static());
+        let units: Vec<String> = pod.containers.iter().map(|c| c.unit.clone()).collect();
+        let image_moved = self.images.as_mut().is_some_and(|i| i.take_moved(&units));
+        if !is_static || image_moved {
+            return;
+        }
+        for unit in &units {
+            match self.client.reset_failed(unit) {
+                Ok(()) => {}
+                Err(e) if e.is_no_such_unit() => {}
+                Err(e) => log(&format!("{e}")),
+            }
+        }
     }
 
     /// Every stop job has ended: clean up the removed pods, then stop their slices.
@@ -402,17 +438,18 @@ impl Syncer {
         images.pass();
     }
 
-    /// A job of `unit` ended: if it left an `Always` container running (a start, a restart),
-    /// its image is asked for again, as the kubelet does at every container start.
+    /// A job of `unit` ended: if it was an attempt to start an `Always` container (a start, a
+    /// restart, one that ran its process or one that could not), its image is asked for again,
+    /// as the kubelet does before every container start ([`crate::image::policy::start_attempted`]).
     pub fn job_of_unit_done(&mut self, unit: &str, result: &str) {
         let Some(images) = self.images.as_mut() else {
             return;
         };
-        if result != "done" || !images.pulls_at_start(unit) {
+        if !images.pulls_at_start(unit) {
             return;
         }
         match self.client.unit_state(unit) {
-            Ok(u) if u.active_state == "active" || u.active_state == "activating" => {
+            Ok(u) if crate::image::policy::start_attempted(result, &u.active_state) => {
                 images.container_started(unit)
             }
             Ok(_) => {}

@@ -22,6 +22,17 @@ pub struct NodeAddrs {
     pub ips: Vec<String>,
 }
 
+impl NodeAddrs {
+    /// The host and pod IPs a status may carry: the first address of each family, as the
+    /// kubelet's `getHostIPs` takes them (the API server refuses a status with more than one
+    /// IP of a family: "may specify no more than one IP for each IP family").
+    pub fn per_family(&self) -> Vec<String> {
+        let v4 = self.ips.iter().find(|ip| !ip.contains(':'));
+        let v6 = self.ips.iter().find(|ip| ip.contains(':'));
+        v4.into_iter().chain(v6).cloned().collect()
+    }
+}
+
 fn time_us(us: u64) -> Option<Time> {
     if us == 0 {
         return None;
@@ -55,6 +66,7 @@ fn state(s: &State) -> ContainerState {
             exit_code,
             signal,
             reason,
+            message,
             started_at,
             finished_at,
         } => ContainerState {
@@ -65,7 +77,7 @@ fn state(s: &State) -> ContainerState {
                 started_at: time_us(*started_at),
                 finished_at: time_us(*finished_at),
                 container_id: None,
-                message: None,
+                message: message.clone(),
             }),
             ..Default::default()
         },
@@ -272,7 +284,7 @@ pub fn build(
     let start_time = prev
         .and_then(|p| p.start_time.clone())
         .or_else(|| time_us(obs.start_us));
-    let ips = node.ips.clone();
+    let ips = node.per_family();
     PodStatus {
         phase: Some(obs.phase.as_str().to_string()),
         conditions: Some(conditions),
@@ -317,18 +329,15 @@ pub fn rejected(
         condition("Ready", false, Some("PodFailed".into()), None, prev, now),
     ];
     keep_foreign_conditions(&mut conditions, prev);
+    let ips = node.per_family();
     PodStatus {
         phase: Some("Failed".into()),
         reason: Some(reason.to_string()),
         message: Some(message.to_string()),
         conditions: Some(conditions),
-        host_ip: node.ips.first().cloned(),
-        host_ips: (!node.ips.is_empty()).then(|| {
-            node.ips
-                .iter()
-                .map(|ip| HostIP { ip: ip.clone() })
-                .collect()
-        }),
+        host_ip: ips.first().cloned(),
+        host_ips: (!ips.is_empty())
+            .then(|| ips.iter().map(|ip| HostIP { ip: ip.clone() }).collect()),
         start_time: prev
             .and_then(|p| p.start_time.clone())
             .or_else(|| Some(now_time(now))),
@@ -432,6 +441,7 @@ mod tests {
             exit_code: code,
             signal: None,
             reason: if code == 0 { "Completed" } else { "Error" }.into(),
+            message: None,
             started_at: 1_700_000_000_000_000,
             finished_at: 1_700_000_005_000_000,
         }
@@ -554,6 +564,55 @@ mod tests {
     fn last_exit(s: PodStatus) -> i32 {
         let cs = s.container_statuses.unwrap().remove(0);
         cs.last_state.unwrap().terminated.unwrap().exit_code
+    }
+
+    #[test]
+    fn one_pod_and_host_ip_per_family() {
+        let two = NodeAddrs {
+            ips: vec![
+                "192.0.2.10".into(),
+                "2001:db8::1".into(),
+                "198.51.100.7".into(),
+                "2001:db8::2".into(),
+            ],
+        };
+        let s = build(&web(), &running(), &two, None, t(1_700_000_010));
+        let ips = |v: &Option<Vec<PodIP>>| -> Vec<String> {
+            v.iter().flatten().map(|p| p.ip.clone()).collect()
+        };
+        assert_eq!(ips(&s.pod_ips), ["192.0.2.10", "2001:db8::1"]);
+        assert_eq!(s.pod_ip.as_deref(), Some("192.0.2.10"));
+        let hosts: Vec<String> = s.host_ips.iter().flatten().map(|h| h.ip.clone()).collect();
+        assert_eq!(hosts, ["192.0.2.10", "2001:db8::1"]);
+        let r = rejected(&web(), "X", "y", &two, None, t(1_700_000_010));
+        assert_eq!(r.host_ips.map(|h| h.len()), Some(2));
+    }
+
+    #[test]
+    fn a_start_error_is_reported_with_its_message() {
+        let mut o = running();
+        o.containers[0].state = State::Waiting {
+            reason: "CrashLoopBackOff".into(),
+        };
+        o.containers[0].last_state = Some(State::Terminated {
+            exit_code: 128,
+            signal: None,
+            reason: "StartError".into(),
+            message: Some("exec: \"/bin/app\": stat /bin/app: no such file or directory".into()),
+            started_at: 1_700_000_000_000_000,
+            finished_at: 1_700_000_000_000_000,
+        });
+        let s = build(&web(), &o, &node(), None, t(1_700_000_010));
+        let cs = &s.container_statuses.unwrap()[0];
+        let t = cs.last_state.as_ref().unwrap().terminated.as_ref().unwrap();
+        assert_eq!(
+            (t.exit_code, t.reason.as_deref()),
+            (128, Some("StartError"))
+        );
+        assert_eq!(
+            t.message.as_deref(),
+            Some("exec: \"/bin/app\": stat /bin/app: no such file or directory")
+        );
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! every container's state here, for local and API pods alike.
 
 use crate::localsync::generator_output::ContainerKind;
+use crate::status::start_error;
 use crate::status::unit::ExitKind;
 use serde::{Serialize, Serializer};
 
@@ -33,6 +34,9 @@ pub enum State {
         #[serde(skip_serializing_if = "Option::is_none")]
         signal: Option<i32>,
         reason: String,
+        /// Why, in words: set for a start error ([`crate::status::start_error`]).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
         #[serde(serialize_with = "ser_time")]
         started_at: u64,
         #[serde(serialize_with = "ser_time")]
@@ -54,6 +58,9 @@ pub struct UnitFacts<'a> {
     pub start_us: u64,
     pub exit_us: u64,
     pub main_pid: u32,
+    /// The journal's account of a step that failed before `execve()`, when the exit status
+    /// says one did and the journal has it.
+    pub start_error: Option<&'a start_error::Detail>,
 }
 
 impl UnitFacts<'_> {
@@ -80,8 +87,20 @@ pub struct Derived {
     pub started: bool,
 }
 
-/// The last termination: exit code (128 + signal when killed), signal, the kubelet's reason.
+/// The last termination: exit code (128 + signal when killed), signal, the kubelet's reason;
+/// a process systemd could not start is a `StartError` with exit code 128 and why, as
+/// containerd reports a task that did not start ([`crate::status::start_error`]).
 pub fn terminated(u: &UnitFacts) -> State {
+    if start_error::is_start_error(u.exit, u.exit_status) {
+        return State::Terminated {
+            exit_code: start_error::EXIT_CODE,
+            signal: None,
+            reason: start_error::REASON.into(),
+            message: Some(start_error::message(u.exit_status, u.start_error)),
+            started_at: u.start_us,
+            finished_at: u.exit_us,
+        };
+    }
     let exit_code = u.exit.exit_code(u.exit_status).unwrap_or(0);
     let signal = matches!(u.exit, ExitKind::Killed | ExitKind::Dumped).then_some(u.exit_status);
     let reason = if u.result == "oom-kill" {
@@ -95,6 +114,7 @@ pub fn terminated(u: &UnitFacts) -> State {
         exit_code,
         signal,
         reason: reason.into(),
+        message: None,
         started_at: u.start_us,
         finished_at: u.exit_us,
     }
@@ -221,6 +241,34 @@ mod tests {
             derive(&oom, ContainerKind::App, "X").state,
             State::Terminated { reason, .. } if reason == "OOMKilled"
         ));
+        // systemd could not exec the command: a start error, as containerd reports it.
+        let detail = start_error::Detail {
+            executable: "/bin/app".into(),
+            errno: Some(2),
+        };
+        let not_started = UnitFacts {
+            exit: ExitKind::Exited,
+            exit_status: 203,
+            result: "exit-code",
+            start_error: Some(&detail),
+            ..unit("activating", "auto-restart")
+        };
+        match derive(&not_started, ContainerKind::App, "X").last_state {
+            Some(State::Terminated {
+                exit_code: 128,
+                signal: None,
+                reason,
+                message: Some(m),
+                ..
+            }) => {
+                assert_eq!(reason, "StartError");
+                assert!(
+                    m.starts_with("exec: \"/bin/app\": stat /bin/app: no such file or directory"),
+                    "{m}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
         assert!(matches!(
             derive(&unit("activating", "start"), ContainerKind::Init, "X").state,
             State::Running { .. }

@@ -3,7 +3,7 @@
 //! ([`crate::status::waiting`]), and what to tell people under the table. Pure.
 
 use crate::common::paths::Source;
-use crate::generate::report::{RefusedFile, RefusedPod, Report, one_line};
+use crate::generate::report::{RefusedFile, RefusedPod, Report, WaitingPod, one_line};
 use crate::localsync::generator_output::ContainerKind;
 use crate::status::container::State;
 use crate::status::model::ContainerStatus;
@@ -150,6 +150,42 @@ pub fn unspooled(rec: &Record) -> PodStatus {
     }
 }
 
+/// The row of a local pod the generator left waiting for images (its report's `waiting`):
+/// Pending from the first moment, as the kubelet shows a static pod whose image it pulls. Its
+/// containers wait with what podunit-sync's pull says (`rec`, once it has written one:
+/// `ErrImagePull`, `ImagePullBackOff`, ...), `ContainerCreating` until then. `since_us` is
+/// when the manifest was written: the pod's age.
+pub fn waiting_for_images(
+    w: &WaitingPod,
+    rec: Option<&Record>,
+    source: Option<Source>,
+    since_us: u64,
+) -> PodStatus {
+    let fallback = Record {
+        uid: w.uid.clone(),
+        namespace: w.namespace.clone(),
+        name: w.name.clone(),
+        writer: crate::status::waiting::Writer::Agent,
+        reason: "ContainerCreating".into(),
+        message: String::new(),
+        containers: Vec::new(),
+        all_containers: Vec::new(),
+        refused: false,
+        at_us: 0,
+    };
+    let rec = rec.unwrap_or(&fallback);
+    let mut st = unspooled(&Record {
+        all_containers: w.containers.clone(),
+        ..rec.clone()
+    });
+    st.source = source;
+    st.start_time = since_us;
+    st.pod_unit = crate::translate::naming::pod_service(&w.namespace, &w.name);
+    st.pod_unit_state = "not generated: waiting for its images".into();
+    st.message = (!rec.message.is_empty()).then(|| rec.message.clone());
+    st
+}
+
 /// What podunit-sync's status says, if it says that the last reconcile failed.
 pub fn sync_failure(status_text: &str) -> Option<String> {
     status_text
@@ -291,6 +327,41 @@ mod tests {
         r.refused = true;
         r.reason = "InvalidPod".into();
         assert_eq!(unspooled(&r).phase, Phase::Failed);
+    }
+
+    #[test]
+    fn a_local_pod_waiting_for_images_is_pending_from_its_file() {
+        let w = WaitingPod {
+            namespace: "default".into(),
+            name: "app".into(),
+            uid: "u".into(),
+            file: PathBuf::from("/etc/pods.d/app.yaml"),
+            containers: vec!["a".into(), "b".into()],
+            images: Vec::new(),
+            pull_secrets: Vec::new(),
+        };
+        // Right after the reload, before podunit-sync has looked at it.
+        let s = waiting_for_images(&w, None, Some(Source::Etc), 7);
+        assert_eq!(
+            (s.phase, s.display.as_str()),
+            (Phase::Pending, "ContainerCreating")
+        );
+        assert_eq!((s.source, s.start_time), (Some(Source::Etc), 7));
+        assert_eq!(s.total_containers, 2);
+        assert_eq!(s.pod_unit, "podunit-default_app.service");
+        assert_eq!(s.message, None);
+        let j = serde_json::to_value(&s).unwrap();
+        assert_eq!(j["source"], "etc");
+        // Then what the pull says.
+        let mut r = rec(vec!["a"]);
+        r.writer = Writer::Agent;
+        r.reason = "ImagePullBackOff".into();
+        r.message = "Back-off pulling image \"x\"".into();
+        let s = waiting_for_images(&w, Some(&r), Some(Source::Etc), 7);
+        assert_eq!(s.display, "ImagePullBackOff");
+        assert_eq!(s.source, Some(Source::Etc));
+        assert_eq!(s.message.as_deref(), Some("Back-off pulling image \"x\""));
+        assert_eq!(s.container_statuses[1].state, creating());
     }
 
     #[test]

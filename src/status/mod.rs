@@ -3,7 +3,7 @@
 //! together as one [`model::Observed`] pod ([`model`]). A local pod ([`pod`]) and an API pod
 //! ([`observe`]) only feed the model; `podunit status`'s row and JSON ([`pod`]) and the PodStatus
 //! the cluster agent posts ([`api`]) are projections of it. Pure: the edges (D-Bus, `systemctl`)
-//! only fill the inputs.
+//! only fill the inputs ([`start_detail`] reads the journal for a container that did not start).
 
 pub mod api;
 pub mod container;
@@ -12,5 +12,7 @@ pub mod model;
 pub mod observe;
 pub mod phase;
 pub mod pod;
+pub mod start_detail;
+pub mod start_error;
 pub mod unit;
 pub mod waiting;

@@ -162,6 +162,7 @@ mod tests {
             exit_code: code,
             signal: None,
             reason: String::new(),
+            message: None,
             started_at: 1,
             finished_at: 2,
         }

@@ -96,6 +96,7 @@ pub fn pod_status(
     let absent = UnitState::absent("");
     let pu = units.get(&pod_unit).unwrap_or(&absent);
     let all_ready = obs.all_ready();
+    let message = start_errors(&obs);
     PodStatus {
         namespace: pod.key.namespace.clone(),
         name: pod.key.name.clone(),
@@ -125,8 +126,35 @@ pub fn pod_status(
         pod_unit,
         pod_unit_state: format!("{}/{}", pu.active_state, pu.sub_state),
         reason: None,
-        message: None,
+        message,
     }
+}
+
+/// What says why containers did not start: `container NAME: StartError: <message>` for each
+/// whose current or last termination is a start error, for the line under the table.
+fn start_errors(obs: &Observed) -> Option<String> {
+    let lines: Vec<String> = obs
+        .init_containers
+        .iter()
+        .chain(&obs.containers)
+        .filter_map(|c| {
+            let t = match (&c.state, &c.last_state) {
+                (t @ State::Terminated { .. }, _) | (_, Some(t @ State::Terminated { .. })) => t,
+                _ => return None,
+            };
+            match t {
+                State::Terminated {
+                    reason,
+                    message: Some(m),
+                    ..
+                } if reason == crate::status::start_error::REASON => {
+                    Some(format!("container {}: {reason}: {m}", c.name))
+                }
+                _ => None,
+            }
+        })
+        .collect();
+    (!lines.is_empty()).then(|| lines.join("; "))
 }
 
 fn cond(kind: &'static str, ok: bool) -> Condition {
@@ -452,6 +480,23 @@ mod tests {
         assert_eq!(s.phase, Phase::Running);
         assert_eq!(s.restarts, 4);
         assert_eq!(s.container_statuses[0].exit_code(), Some(1));
+        assert_eq!(s.message, None);
+        // systemd could not exec the command (203/EXEC): a start error, said under the table.
+        let mut u = exited(ExitKind::Exited, 203, "activating", "auto-restart");
+        u.start_error = Some(crate::status::start_error::Detail {
+            executable: "/bin/app".into(),
+            errno: Some(2),
+        });
+        let s = one(&p, u);
+        assert_eq!(s.display, "CrashLoopBackOff");
+        assert_eq!(s.container_statuses[0].exit_code(), Some(128));
+        let m = s.message.unwrap();
+        assert!(
+            m.starts_with(
+                "container app: StartError: exec: \"/bin/app\": stat /bin/app: no such file"
+            ),
+            "{m}"
+        );
 
         let p = pod(vec![c("job", ContainerKind::App, "no")]);
         let s = one(&p, exited(ExitKind::Exited, 0, "inactive", "dead"));

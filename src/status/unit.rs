@@ -91,9 +91,22 @@ pub struct UnitState {
     pub fragment_path: String,
     /// Hex invocation ID of the current (or last) run; empty if none.
     pub invocation_id: String,
+    /// The program of `ExecStart=` and `RootDirectory=` (empty: the host's root): where a
+    /// start error's executable is looked for.
+    pub exec_path: String,
+    pub root_directory: String,
+    /// What failed of a start whose exit status says a step before `execve()` did
+    /// ([`crate::status::start_detail`] fills it).
+    pub start_error: Option<crate::status::start_error::Detail>,
 }
 
 impl UnitState {
+    /// Whether its main process last ended with one of systemd's statuses for a step that failed
+    /// before `execve()`: then the journal tells which and why.
+    pub fn start_failed(&self) -> bool {
+        crate::status::start_error::is_start_error(self.exec_main_code, self.exec_main_status)
+    }
+
     /// What a container's state depends on ([`crate::status::container`]).
     pub fn facts(&self) -> UnitFacts<'_> {
         UnitFacts {
@@ -105,6 +118,7 @@ impl UnitState {
             start_us: self.exec_main_start_us,
             exit_us: self.exec_main_exit_us,
             main_pid: self.main_pid,
+            start_error: self.start_error.as_ref(),
         }
     }
 

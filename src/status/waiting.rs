@@ -26,6 +26,10 @@ pub enum Writer {
     Prepare,
     /// podunit-sync's node agent: the pod is not in the spool, so it has no units.
     Agent,
+    /// podunit-sync's node agent: the API server refused the pod's status (a 4xx), so the
+    /// cluster does not see what the node does. Not a wait: it is kept beside the pod's other
+    /// record (`<uid>.status.json`) and shown as the pod's message, until a status is accepted.
+    Status,
 }
 
 /// One pod's wait.
@@ -62,8 +66,14 @@ fn file_name(uid: &str) -> Option<String> {
     ok.then(|| format!("{uid}.json"))
 }
 
-fn path_of(paths: &Paths, uid: &str) -> io::Result<PathBuf> {
+/// Where `writer`'s record of `uid` lies: a refused status has a file of its own, so that it
+/// never hides (nor is hidden by) why the pod waits.
+fn path_of(paths: &Paths, uid: &str, writer: Option<Writer>) -> io::Result<PathBuf> {
     file_name(uid)
+        .map(|n| match writer {
+            Some(Writer::Status) => n.replace(".json", ".status.json"),
+            _ => n,
+        })
         .map(|n| paths.host(DIR).join(n))
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, format!("odd uid {uid:?}")))
 }
@@ -72,21 +82,24 @@ fn path_of(paths: &Paths, uid: &str) -> io::Result<PathBuf> {
 /// directory is readable by root only, as the rest of /run/podunit.
 pub fn write(paths: &Paths, rec: &Record) -> io::Result<()> {
     use std::os::unix::fs::DirBuilderExt;
-    let path = path_of(paths, &rec.uid)?;
+    let path = path_of(paths, &rec.uid, Some(rec.writer))?;
     let dir = paths.host(DIR);
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
         .create(&dir)?;
     let text = serde_json::to_vec(rec).map_err(io::Error::other)?;
-    let tmp = dir.join(format!(".{}.tmp", rec.uid));
+    let tmp = dir.join(format!(
+        ".{}.tmp",
+        path.file_name().unwrap_or_default().to_string_lossy()
+    ));
     std::fs::write(&tmp, text)?;
     std::fs::rename(&tmp, &path)
 }
 
 /// Removes the pod's record, if `writer` wrote it (or any record, with `None`).
 pub fn clear(paths: &Paths, uid: &str, writer: Option<Writer>) -> io::Result<()> {
-    let path = path_of(paths, uid)?;
+    let path = path_of(paths, uid, writer)?;
     if let Some(w) = writer {
         match read_one(&path) {
             Ok(Some(r)) if r.writer != w => return Ok(()),
@@ -177,6 +190,13 @@ mod tests {
         // The agent does not clear what pod-prepare found, nor the other way round.
         clear(&paths, "u-1", Some(Writer::Agent)).unwrap();
         clear(&paths, "u-2", Some(Writer::Prepare)).unwrap();
+        assert_eq!(read_all(&paths).unwrap().len(), 2);
+        // A refused status is kept beside the wait, and cleared on its own.
+        let mut refused = rec("u-2", Writer::Status);
+        refused.reason = "StatusRefused".into();
+        write(&paths, &refused).unwrap();
+        assert_eq!(read_all(&paths).unwrap().len(), 3);
+        clear(&paths, "u-2", Some(Writer::Status)).unwrap();
         assert_eq!(read_all(&paths).unwrap().len(), 2);
         clear(&paths, "u-1", Some(Writer::Prepare)).unwrap();
         clear(&paths, "u-2", None).unwrap();

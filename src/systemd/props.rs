@@ -109,6 +109,20 @@ fn int(m: &HashMap<String, OwnedValue>, k: &str) -> i32 {
 }
 
 /// `ay` as lowercase hex (InvocationID).
+/// The program of the first command of an `Exec*=` property (`a(sasbttttuii)`: path first).
+fn exec_path(m: &HashMap<String, OwnedValue>, k: &str) -> String {
+    let Some(Value::Array(a)) = get(m, k) else {
+        return String::new();
+    };
+    match a.iter().next().map(inner) {
+        Some(Value::Structure(s)) => match s.fields().first().map(inner) {
+            Some(Value::Str(p)) => p.as_str().to_string(),
+            _ => String::new(),
+        },
+        _ => String::new(),
+    }
+}
+
 fn hex_bytes(m: &HashMap<String, OwnedValue>, k: &str) -> String {
     let Some(Value::Array(a)) = get(m, k) else {
         return String::new();
@@ -143,6 +157,9 @@ pub fn unit_state(
         main_pid: u32::try_from(uint(service, "MainPID")).unwrap_or(0),
         fragment_path: string(unit, "FragmentPath"),
         invocation_id: hex_bytes(unit, "InvocationID"),
+        exec_path: exec_path(service, "ExecStart"),
+        root_directory: string(service, "RootDirectory"),
+        start_error: None,
     }
 }
 

@@ -182,9 +182,10 @@ impl Worker {
                 continue;
             };
             let units = observe::pod_units(&m.static_pod);
-            let Ok(props) = self.units.props(&units) else {
+            let Ok(mut props) = self.units.props(&units) else {
                 continue;
             };
+            crate::status::start_detail::fill(&mut props);
             let mut obs = observe::observe(&m.static_pod, &props);
             crate::kube::probes::overlay_api_pod(&m.static_pod, &mut obs, &self.probes.results);
             let prev = m.posted.clone().or(api.status.clone());

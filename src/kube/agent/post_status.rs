@@ -7,6 +7,7 @@ use super::worker::Worker;
 use crate::kube::client;
 use crate::kube::compact::Compact;
 use crate::kube::units::Changes;
+use crate::kube::waitrecord;
 use crate::status::api;
 use crate::status::container::State;
 use crate::status::observe;
@@ -32,20 +33,34 @@ impl Worker {
                 self.api_worked();
                 if let Some(rec) = self.pods.get_mut(k) {
                     rec.posted = Some(compact);
+                    if rec.refused.take().is_some() {
+                        waitrecord::status_accepted(&self.cfg.paths, &rec.uid);
+                    }
                 }
                 true
             }
             Err(e) if e.is_not_found() => true,
             // A refusal (422 Invalid, 403, ...) is final for this status: retrying the same
-            // request only floods the API server. Logged once; a different status is sent.
+            // request only floods the API server. Logged once, posted as a Warning Event on the
+            // pod and left for `podunit status`; a different status is sent.
             Err(e) if !e.is_transient() && e.code().is_some_and(|c| (400..500).contains(&c)) => {
                 log(format!(
                     "{}/{}: status refused, not sent again until it changes: {e}",
                     k.0, k.1
                 ));
+                let error = e.to_string();
+                let pod = rec.pod.get();
+                let uid = rec.uid.clone();
                 if let Some(rec) = self.pods.get_mut(k) {
                     rec.refused = Some(compact);
                 }
+                waitrecord::status_refused(&self.cfg.paths, &uid, &k.0, &k.1, &error);
+                self.post_event(
+                    &crate::kube::events::Involved::pod(&pod),
+                    "Warning",
+                    waitrecord::STATUS_REFUSED,
+                    &waitrecord::refused_message(&error),
+                );
                 true
             }
             Err(e) => {
@@ -192,7 +207,10 @@ impl Worker {
                 Phase::Active | Phase::Terminating { .. } => {
                     let units = rec.units.clone();
                     let props: HashMap<String, UnitState> = match self.units.props(&units) {
-                        Ok(p) => p,
+                        Ok(mut p) => {
+                            crate::status::start_detail::fill(&mut p);
+                            p
+                        }
                         Err(e) => {
                             log(format!("{}/{}: {e}", k.0, k.1));
                             self.status_due.pods.insert(k);

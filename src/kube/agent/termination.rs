@@ -146,6 +146,7 @@ impl Worker {
             self.mark_dirty(k);
         }
         crate::kube::waitrecord::release(&self.cfg.paths, &rec.uid);
+        crate::kube::waitrecord::status_accepted(&self.cfg.paths, &rec.uid);
         self.hooks_seen.forget(&rec.uid);
         self.forget_pulls(&rec.uid, &rec.pod.get());
         self.remove_pod_dirs(&rec.uid);
