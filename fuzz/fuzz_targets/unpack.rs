@@ -126,12 +126,12 @@ fn enter() {
     let dirs: Vec<_> = fuzzer_dirs(&cwd)
         .into_iter()
         .map(|d| {
-            // Inside the new root they would hide the canaries (or be the host's, beside them).
-            for near in ["/tmp", "/etc", SANDBOX] {
+            // Bound over a canary's directory it would hide the canary behind the host's files.
+            for near in CANARIES.iter().map(|(p, _)| *p).chain([SANDBOX]) {
                 assert!(
-                    d != Path::new("/") && !d.starts_with(near),
+                    !Path::new(near).starts_with(&d),
                     "run the unpack target with its corpus, artifacts and current directory \
-                     outside / itself, /tmp and /etc, not in {}",
+                     elsewhere than {} (it holds {near} of the sandbox)",
                     d.display()
                 );
             }
