@@ -125,11 +125,26 @@ fn cluster_mode_on_real_systemd() {
             let last = cs.last_state.as_ref()?.terminated.as_ref()?;
             (last.exit_code == 3 && cs.restart_count >= 1).then_some(cs)
         });
-        let n = m.prop(&ctr_unit("default", "crash", "main"), "NRestarts");
-        assert!(
-            cs.restart_count as u64 <= n.trim().parse::<u64>().unwrap(),
-            "restartCount comes from NRestarts"
+        assert_eq!(
+            cs.last_state
+                .as_ref()
+                .unwrap()
+                .terminated
+                .as_ref()
+                .unwrap()
+                .exit_code,
+            3
         );
+        // restartCount is systemd's NRestarts: equal, once a posted status has caught up with the
+        // restarts (the container keeps restarting, so both are read around the status).
+        let crash = ctr_unit("default", "crash", "main");
+        let restarts = |m: &Machine| m.prop(&crash, "NRestarts").parse::<i32>().unwrap();
+        m.wait_for("restartCount to equal NRestarts", SOON, || {
+            let before = restarts(&m);
+            let posted = main_status(api, "crash")?.restart_count;
+            let after = restarts(&m);
+            (before == after && posted == after).then_some(())
+        });
 
         // The API server is killed mid-watch; meanwhile the web container is killed and restarted.
         // The main process only (each is a single process either way): on this harness's cgroup
@@ -172,6 +187,10 @@ fn cluster_mode_on_real_systemd() {
         });
 
         // Delete: units stopped, then the object is gone.
+        let web = ctr_unit("default", "web", "main");
+        assert_eq!(m.prop(&web, "LoadState"), "loaded");
+        let web_pid = m.prop(&web, "MainPID");
+        assert_ne!(web_pid, "0", "web runs before the delete");
         api.delete(
             &client::path::<Pod>(Some("default"), Some("web")),
             &DeleteOptions::default(),
@@ -180,10 +199,21 @@ fn cluster_mode_on_real_systemd() {
         m.wait_for("web removed from the API", SOON, || {
             get_pod(api, "web").is_none().then_some(())
         });
-        let st = m.prop(&ctr_unit("default", "web", "main"), "ActiveState");
+        // An unknown unit also says `inactive`: what shows the stop is that its process is gone
+        // and that systemd stopped the unit (its own message for that unit).
+        let st = m.prop(&web, "ActiveState");
         assert!(
-            st.trim() == "inactive" || st.trim() == "failed",
+            st == "inactive" || st == "failed",
             "stopped before the object went: {st}"
+        );
+        assert!(
+            !m.sh(&format!("test -e /proc/{web_pid}")).status.success(),
+            "web's process {web_pid} is gone"
+        );
+        let stopped = m.sh_ok(&format!("journalctl --no-pager -o cat _PID=1 UNIT={web}"));
+        assert!(
+            stopped.lines().any(|l| l.starts_with("Stopped ")),
+            "systemd stopped {web}:\n{stopped}"
         );
         assert!(
             m.read("/var/lib/podunit/spool/default_web.yaml").is_none(),
@@ -309,8 +339,13 @@ fn cluster_volumes_follow_the_api_and_a_killed_spool_writer_leaves_no_partial_fi
         );
         let pid = m.prop(&unit, "MainPID");
         let stat = |p: &str| m.sh_ok(&format!("nsenter -t {pid} -m stat -L -c '%a %u %g' {p}"));
-        let cfg_stat = stat("/etc/cfg/greeting");
-        let sec_stat = stat("/etc/sec/password");
+        // What the kubelet makes of fsGroup on configMap and secret volumes: the files written
+        // by the kubelet (root) with the default mode 0644, then chowned to group fsGroup with
+        // group read added (SetVolumeOwnership: `chown -1:2345`, mode | 0440 for a read-only
+        // volume): root, group 2345, 0644, whatever runAsUser says.
+        let fs_group = "644 0 2345\n";
+        assert_eq!(stat("/etc/cfg/greeting"), fs_group, "configMap file");
+        assert_eq!(stat("/etc/sec/password"), fs_group, "secret file");
 
         api.merge_patch::<ConfigMap>(
             &client::path::<ConfigMap>(ns, Some("app-config")),
@@ -332,8 +367,8 @@ fn cluster_volumes_follow_the_api_and_a_killed_spool_writer_leaves_no_partial_fi
             pid,
             "the container was not restarted"
         );
-        assert_eq!(stat("/etc/cfg/greeting"), cfg_stat, "owner and mode kept");
-        assert_eq!(stat("/etc/sec/password"), sec_stat, "owner and mode kept");
+        assert_eq!(stat("/etc/cfg/greeting"), fs_group, "owner and mode kept");
+        assert_eq!(stat("/etc/sec/password"), fs_group, "owner and mode kept");
         assert_eq!(
             inside(&m, &unit, "/etc/greeting-sub").as_deref(),
             Some("hello"),

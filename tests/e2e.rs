@@ -1217,12 +1217,19 @@ spec:
     assert_eq!(env("MY_POD").as_deref(), Some("envpod"));
     assert_eq!(env("MY_NS").as_deref(), Some("default"));
     assert_eq!(env("MY_LABEL").as_deref(), Some("envlabel"));
-    let unit_uid = m.sh_ok(&format!(
-        "sed -n 's/^X-PodunitUid=//p' /run/systemd/generator/{}",
-        pod_unit(NS, "envpod")
-    ));
-    assert_eq!(env("MY_UID"), Some(unit_uid.trim().to_string()));
-    assert!(!unit_uid.trim().is_empty());
+    // A static pod's UID, derived as `podunit::manifest::static_uid` documents (stable across
+    // reboots, as the kubelet derives one from a static pod's source): SHA-256 of "namespace NUL
+    // name NUL file", its first 16 bytes in the 8-4-4-4-12 form. Computed here with the
+    // machine's sha256sum, not podunit's code.
+    let uid = m
+        .sh_ok(
+            "printf 'default\\0envpod\\0/etc/pods.d/envpod.yaml' | sha256sum \
+             | sed -E 's/^(.{8})(.{4})(.{4})(.{4})(.{12}).*/\\1-\\2-\\3-\\4-\\5/'",
+        )
+        .trim()
+        .to_string();
+    assert_eq!(uid.len(), 36, "{uid}");
+    assert_eq!(env("MY_UID"), Some(uid.clone()));
     let args: Vec<String> = p
         .args()
         .iter()
@@ -1252,10 +1259,22 @@ spec:
         "grep -rlF 'line2 ✓' /run/podunit /var/lib/podunit 2>/dev/null | while read -r f; do \
            stat -c '%a %U %n' \"$f\"; done",
     );
+    // The container's environment file holds it (a check of nothing would pass otherwise).
+    let env_dir = format!("/run/podunit/pods/{uid}/env/");
+    assert!(
+        readable
+            .lines()
+            .any(|l| l.split(' ').nth(2).is_some_and(|f| f.starts_with(&env_dir))),
+        "the secret is in an environment file under {env_dir}: {readable:?}"
+    );
     for line in readable.lines() {
         let mode = u32::from_str_radix(line.split(' ').next().unwrap(), 8).unwrap();
         assert_eq!(mode & 0o077, 0, "secret readable by others: {line}");
-        assert!(line.contains(" root "), "secret not owned by root: {line}");
+        assert_eq!(
+            line.split(' ').nth(1),
+            Some("root"),
+            "secret not owned by root: {line}"
+        );
     }
 }
 

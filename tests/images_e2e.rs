@@ -40,11 +40,15 @@ fn busybox_root(extra: &mut dyn FnMut(&mut TarBuilder)) -> Vec<u8> {
     let mut t = TarBuilder::new();
     t.dir("bin/").file("bin/busybox", &bin, 0o755);
     for a in [
-        "sh", "echo", "cat", "ls", "sleep", "env", "printenv", "id", "wget", "httpd", "date",
-        "hostname", "mkdir", "true",
+        "sh", "echo", "cat", "ls", "sleep", "env", "id", "wget", "httpd", "date", "hostname",
+        "mkdir", "true",
     ] {
         t.symlink(&format!("bin/{a}"), "busybox");
     }
+    // Debian's busybox-static has no printenv applet ("applet not found"); the images the
+    // manifests name have one. This one behaves as theirs: each named variable's value on a
+    // line, exit status 1 when one is not set, the whole environment without names.
+    t.file("bin/printenv", PRINTENV, 0o755);
     t.dir("etc/")
         .file(
             "etc/passwd",
@@ -56,6 +60,15 @@ fn busybox_root(extra: &mut dyn FnMut(&mut TarBuilder)) -> Vec<u8> {
     extra(&mut t);
     t.finish()
 }
+
+const PRINTENV: &[u8] = br#"#!/bin/sh
+[ $# -eq 0 ] && exec env
+rc=0
+for n in "$@"; do
+  if eval "[ \"\${$n+set}\" = set ]"; then eval "printf '%s\n' \"\${$n}\""; else rc=1; fi
+done
+exit $rc
+"#;
 
 const PATH: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
@@ -247,6 +260,59 @@ fn journal(m: &Machine, unit: &str) -> String {
     m.sh_ok(&format!("journalctl --no-pager -o cat -u {unit}"))
 }
 
+/// What the container's processes wrote to stdout and stderr in the unit's current (or last) run:
+/// the journal entries of the unit's output stream (`_TRANSPORT=stdout`) of that invocation, not
+/// the unit's whole journal, where systemd's own messages about the unit (`Started Container X
+/// of pod ns/name`) name the pod and container too. (Not by `_PID`: journald gives each line the
+/// PID of the process that wrote it, a child such as printenv as well as the main process.)
+fn process_output(m: &Machine, unit: &str) -> String {
+    let run = m.prop(unit, "InvocationID");
+    assert!(!run.is_empty(), "{unit} never ran");
+    m.sh_ok(&format!(
+        "journalctl --no-pager -o cat _SYSTEMD_UNIT={unit} _SYSTEMD_INVOCATION_ID={run} \
+         _TRANSPORT=stdout"
+    ))
+}
+
+/// How a unit's main process ended and what became of the unit.
+#[derive(Debug, PartialEq)]
+struct Ended {
+    /// ExecMainCode: 1 CLD_EXITED, 2 CLD_KILLED, 3 CLD_DUMPED.
+    code: String,
+    status: String,
+    active: String,
+    restarts: String,
+}
+
+impl Ended {
+    fn exited(status: i32, active: &str, restarts: u32) -> Ended {
+        Ended {
+            code: "1".into(),
+            status: status.to_string(),
+            active: active.into(),
+            restarts: restarts.to_string(),
+        }
+    }
+}
+
+/// Waits until `unit`'s first main process has really run and ended (ExecMainExitTimestamp is
+/// set only then: a unit that never started also reports ExecMainStatus=0), and the unit is done
+/// with it: stopped, failed, or waiting to restart.
+fn ended(m: &Machine, unit: &str) -> Ended {
+    m.wait_for(&format!("{unit}'s process to end"), SOON, || {
+        let exit = m.prop(unit, "ExecMainExitTimestampMonotonic");
+        let active = m.prop(unit, "ActiveState");
+        let sub = m.prop(unit, "SubState");
+        let done = matches!(active.as_str(), "inactive" | "failed") || sub == "auto-restart";
+        (!exit.is_empty() && exit != "0" && done).then(|| Ended {
+            code: m.prop(unit, "ExecMainCode"),
+            status: m.prop(unit, "ExecMainStatus"),
+            active,
+            restarts: m.prop(unit, "NRestarts"),
+        })
+    })
+}
+
 /// A GET on the machine's loopback (the pods share the machine's network).
 fn http_get(m: &Machine, port: u16, path: &str) -> String {
     m.wait_for(&format!("port {port} to answer"), SOON, || {
@@ -342,25 +408,74 @@ fn corpus_pods_run_unchanged_in_their_pulled_images() {
     );
     start_pods(&m);
     let debian = ctr_unit("default", "two-containers", "debian-container");
-    m.wait_for("the debian container to finish", SOON, || {
-        (m.prop(&debian, "ExecMainStatus") == "0" && m.prop(&debian, "ActiveState") != "activating")
-            .then_some(())
-    });
+    let end = ended(&m, &debian);
+    assert_eq!(
+        end,
+        Ended::exited(0, "inactive", 0),
+        "the debian container ran once and exited 0\n{}",
+        process_output(&m, &debian)
+    );
     let web = ctr_unit("default", "two-containers", "nginx-container");
     wait_state(&m, &web, &["active"]);
     assert!(http_get(&m, 80, "/index.html").contains("Hello from the debian container"));
 
     let demo = ctr_unit("default", "command-demo", "command-demo-container");
-    m.wait_for("printenv HOSTNAME to print the pod's name", SOON, || {
-        journal(&m, &demo).contains("command-demo").then_some(())
-    });
+    // `printenv HOSTNAME KUBERNETES_PORT`: the pod's name, then the API server's service address
+    // that the kubelet gives every container (`tcp://<cluster IP>:<port>`); printenv exits 0 only
+    // when both are set, and restartPolicy OnFailure then leaves it done after one run.
+    let end = ended(&m, &demo);
+    let out = process_output(&m, &demo);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.first(), Some(&"command-demo"), "HOSTNAME\n{out}");
+    assert_eq!(lines.len(), 2, "two variables, one line each\n{out}");
+    let port = lines[1]
+        .strip_prefix("tcp://")
+        .and_then(|a| a.rsplit_once(':'))
+        .filter(|(ip, port)| {
+            ip.parse::<std::net::IpAddr>().is_ok() && port.parse::<u16>().is_ok_and(|p| p > 0)
+        });
+    assert!(port.is_some(), "KUBERNETES_PORT is tcp://IP:PORT\n{out}");
+    assert_eq!(
+        end,
+        Ended::exited(0, "inactive", 0),
+        "printenv found both variables, once\n{out}"
+    );
 
+    // The downward API values the process prints, each exactly: the node's name (the kubelet's
+    // default, its host name in lower case), the pod's name and namespace, the pod's IP, which
+    // on the host's network is the node's, here loopback only (--private-network: no route but
+    // lo), and the service account, `default` when the pod names none.
     let dapi = ctr_unit("default", "dapi-envars-fieldref", "test-container");
     wait_state(&m, &dapi, &["active"]);
-    m.wait_for("the downward API values in the log", SOON, || {
-        let j = journal(&m, &dapi);
-        (j.contains("dapi-envars-fieldref") && j.contains("default")).then_some(())
+    let routes = m.sh_ok("cat /proc/net/route");
+    assert_eq!(
+        routes.lines().skip(1).count(),
+        0,
+        "the machine has no route besides loopback's\n{routes}"
+    );
+    let node = m
+        .sh_ok("cat /proc/sys/kernel/hostname")
+        .trim()
+        .to_ascii_lowercase();
+    // Each round: an empty line (`echo -en '\n'`, which the journal does not keep), then the
+    // five values, one a line.
+    let want = [
+        node.as_str(),
+        "dapi-envars-fieldref",
+        "default",
+        "127.0.0.1",
+        "default",
+    ];
+    let printed = m.wait_for("the first round of downward API values", SOON, || {
+        let out = process_output(&m, &dapi);
+        (out.lines().filter(|l| !l.is_empty()).count() >= want.len()).then_some(out)
     });
+    let first: Vec<&str> = printed
+        .lines()
+        .filter(|l| !l.is_empty())
+        .take(want.len())
+        .collect();
+    assert_eq!(first, want, "printed {printed:?}");
     assert!(
         in_root(&m, &dapi, "/bin/busybox").len() > 100_000,
         "busybox of the image"

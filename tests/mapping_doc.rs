@@ -9,6 +9,12 @@
 //! The convention in the document: a heading `### <StructName>` (the name k8s-openapi gives the
 //! struct), then a table whose rows start `| `fieldName` | verdict | ...`, the verdict being one of
 //! `mapped`, `ignored`, `rejected`, `warned`.
+//!
+//! A `mapped` row also names the real-systemd (or real API server) tests that show the mapping,
+//! at the end of its third cell: `[e2e: SUITE::TEST, SUITE::TEST]`, each a `#[test] fn TEST(` in
+//! `tests/SUITE.rs`. A row without one fails, unless it is in [`UNTESTED`] (the rows no such test
+//! shows yet, kept here so that the list is short and seen); so does a name that leads nowhere,
+//! apart from the tests being written ([`PENDING_FIELDS_E2E`], [`PENDING_SANDBOX`]).
 
 use k8s_openapi::api::core::v1 as core;
 use serde::de::{self, DeserializeOwned, Deserializer, Visitor};
@@ -16,6 +22,139 @@ use std::fmt;
 
 const DOC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/mapping.md");
 const VERDICTS: &[&str] = &["mapped", "ignored", "rejected", "warned"];
+const TESTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests");
+
+/// The suites that run against real systemd (nspawn machines) or a real API server.
+const SUITES: &[&str] = &[
+    "e2e",
+    "sync_e2e",
+    "sandbox_e2e",
+    "probes_e2e",
+    "cluster_e2e",
+    "images_e2e",
+    "apiserver_e2e",
+    "kubelet_api_e2e",
+    "packaging_e2e",
+    "fields_e2e",
+];
+
+/// Mapped rows that no real-systemd test shows yet. A row here must not name a test (then it
+/// leaves this list).
+const UNTESTED: &[(&str, &str)] = &[
+    ("PodSpec", "affinity"),
+    ("PodSpec", "hostNetwork"),
+    ("PodSpec", "serviceAccount"),
+    ("Probe", "successThreshold"),
+    ("Probe", "terminationGracePeriodSeconds"),
+    ("ConfigMapVolumeSource", "items"),
+    ("DownwardAPIVolumeSource", "defaultMode"),
+    ("DownwardAPIVolumeFile", "mode"),
+    ("DownwardAPIVolumeFile", "resourceFieldRef"),
+    ("ProjectedVolumeSource", "defaultMode"),
+    ("VolumeProjection", "configMap"),
+    ("VolumeProjection", "downwardAPI"),
+    ("VolumeProjection", "secret"),
+];
+
+/// The tests of `tests/fields_e2e.rs`, being written: accepted by name only while that file
+/// does not exist; once it does, each must be there.
+const PENDING_FIELDS_E2E: &[&str] = &[
+    "resources_reach_the_cgroup",
+    "env_from_the_downward_api_and_optional_sources",
+    "volumes_in_memory_and_downward_files",
+    "added_capabilities_for_a_non_root_user",
+    "stop_signal_and_probe_timing",
+];
+
+/// Rows whose sandbox_e2e test is being written under a name not known yet: they may say
+/// `sandbox_e2e::PENDING`, no other row may.
+const PENDING_SANDBOX: &[(&str, &str)] = &[
+    ("PodSpec", "hostPID"),
+    ("PodSecurityContext", "fsGroup"),
+    ("SecurityContext", "runAsUser"),
+    ("HostPathVolumeSource", "path"),
+    ("HostPathVolumeSource", "type"),
+];
+
+/// Whether `tests/SUITE.rs` has `#[test] fn NAME(`; None when there is no such file.
+fn suite_has_test(suite: &str, name: &str) -> Option<bool> {
+    let text = std::fs::read_to_string(format!("{TESTS}/{suite}.rs")).ok()?;
+    let lines: Vec<&str> = text.lines().collect();
+    Some(lines.iter().enumerate().any(|(i, l)| {
+        l.trim_start().starts_with(&format!("fn {name}("))
+            && lines[..i]
+                .iter()
+                .rev()
+                .map(|a| a.trim())
+                .take_while(|a| a.starts_with("#["))
+                .any(|a| a == "#[test]")
+    }))
+}
+
+/// The test references at the end of a row's third cell: `[e2e: a::b, c::d]` -> [(a, b), (c, d)].
+fn references(how: &str) -> Option<Result<Vec<(String, String)>, String>> {
+    let start = how.rfind("[e2e: ")?;
+    let inner = &how[start + "[e2e: ".len()..];
+    let Some(list) = inner.strip_suffix(']') else {
+        return Some(Err(format!("`{}` does not end the row", &how[start..])));
+    };
+    Some(
+        list.split(", ")
+            .map(|r| {
+                r.split_once("::")
+                    .map(|(s, n)| (s.to_string(), n.to_string()))
+                    .ok_or_else(|| format!("{r:?} is not SUITE::TEST"))
+            })
+            .collect(),
+    )
+}
+
+/// What is wrong with the test references of a row of `name.field` with this verdict.
+fn reference_problems(
+    name: &str,
+    field: &str,
+    verdict: &str,
+    how: &str,
+    has_test: &dyn Fn(&str, &str) -> Option<bool>,
+) -> Vec<String> {
+    let untested = UNTESTED.contains(&(name, field));
+    let refs = match references(how) {
+        None if verdict == "mapped" && !untested => {
+            return vec![format!(
+                "{name}.{field}: mapped, but names no test that shows it ([e2e: SUITE::TEST])"
+            )];
+        }
+        None => return Vec::new(),
+        Some(Err(e)) => return vec![format!("{name}.{field}: {e}")],
+        Some(Ok(refs)) => refs,
+    };
+    let mut out = Vec::new();
+    if verdict != "mapped" {
+        out.push(format!("{name}.{field}: {verdict}, but names tests"));
+    }
+    if untested {
+        out.push(format!(
+            "{name}.{field}: names tests, so it is no longer untested (take it off UNTESTED)"
+        ));
+    }
+    for (suite, test) in refs {
+        let what = format!("{name}.{field}: {suite}::{test}");
+        if !SUITES.contains(&suite.as_str()) {
+            out.push(format!("{what}: not a real-systemd suite ({SUITES:?})"));
+            continue;
+        }
+        match has_test(&suite, &test) {
+            Some(true) => {}
+            None if suite == "fields_e2e" && PENDING_FIELDS_E2E.contains(&test.as_str()) => {}
+            _ if suite == "sandbox_e2e"
+                && test == "PENDING"
+                && PENDING_SANDBOX.contains(&(name, field)) => {}
+            Some(false) => out.push(format!("{what}: no #[test] fn {test}( in tests/{suite}.rs")),
+            None => out.push(format!("{what}: there is no tests/{suite}.rs")),
+        }
+    }
+    out
+}
 
 /// What [`Recorder`] learnt: the struct's name and fields, or that the type is not a struct.
 #[derive(Debug)]
@@ -143,8 +282,13 @@ fn sections(doc: &str) -> Vec<(String, Vec<Row>)> {
     out
 }
 
-/// Everything wrong between the structs and the document, one message per problem.
-fn problems(doc: &str, structs: &[(&str, &[&str])]) -> Vec<String> {
+/// Everything wrong between the structs and the document, one message per problem; the suites'
+/// tests are looked up with `has_test`.
+fn problems_with(
+    doc: &str,
+    structs: &[(&str, &[&str])],
+    has_test: &dyn Fn(&str, &str) -> Option<bool>,
+) -> Vec<String> {
     let sections = sections(doc);
     let mut out = Vec::new();
     for (name, fields) in structs {
@@ -180,6 +324,7 @@ fn problems(doc: &str, structs: &[(&str, &[&str])]) -> Vec<String> {
             if how.is_empty() {
                 out.push(format!("{name}.{field}: says nothing about how or why"));
             }
+            out.extend(reference_problems(name, field, verdict, how, has_test));
         }
         for field in *fields {
             match named.iter().filter(|f| *f == field).count() {
@@ -195,7 +340,7 @@ fn problems(doc: &str, structs: &[(&str, &[&str])]) -> Vec<String> {
 #[test]
 fn every_field_has_a_row() {
     let doc = std::fs::read_to_string(DOC).expect("docs/mapping.md");
-    let found = problems(&doc, &structs());
+    let found = problems_with(&doc, &structs(), &suite_has_test);
     assert!(
         found.is_empty(),
         "docs/mapping.md is out of step with k8s-openapi:\n  {}",
@@ -217,12 +362,19 @@ fn recorder_reads_real_field_lists() {
 /// The check fails for each kind of mistake, so a passing run means something.
 #[test]
 fn the_check_catches_mistakes() {
+    // Tests that exist: e2e::shows_a; tests/fields_e2e.rs does not exist.
+    let tests = |suite: &str, name: &str| match suite {
+        "e2e" => Some(name == "shows_a"),
+        "fields_e2e" => None,
+        _ => Some(false),
+    };
+    let problems = |doc: &str, s: &[(&str, &[&str])]| problems_with(doc, s, &tests);
     let s: &[(&str, &[&str])] = &[("Thing", &["a", "b"])];
-    let good = "## Fields\n### Thing\n| field | verdict | how |\n|---|---|---|\n| `a` | mapped | A= |\n| `b` | ignored | why |\n";
+    let good = "## Fields\n### Thing\n| field | verdict | how |\n|---|---|---|\n| `a` | mapped | A= [e2e: e2e::shows_a] |\n| `b` | ignored | why |\n";
     assert_eq!(problems(good, s), Vec::<String>::new());
     let missing = good.replace("| `b` | ignored | why |\n", "");
     assert_eq!(problems(&missing, s), vec!["Thing.b: no row"]);
-    let stale = format!("{good}| `c` | mapped | x |\n");
+    let stale = format!("{good}| `c` | mapped | x [e2e: e2e::shows_a] |\n");
     assert_eq!(
         problems(&stale, s),
         vec!["Thing.c: a row for a field the struct does not have"]
@@ -257,4 +409,99 @@ fn the_check_catches_mistakes() {
     // Tables under other headings (any shape) are not rows of Thing.
     let other = format!("### Kinds\n| `x` | two cells |\n{good}");
     assert_eq!(problems(&other, s), Vec::<String>::new());
+
+    // The tests of a mapped row.
+    let a_how = |how: &str| good.replace("A= [e2e: e2e::shows_a]", how);
+    assert_eq!(
+        problems(&a_how("A="), s),
+        vec!["Thing.a: mapped, but names no test that shows it ([e2e: SUITE::TEST])"]
+    );
+    assert_eq!(
+        problems(&a_how("A= [e2e: e2e::shows_nothing]"), s),
+        vec!["Thing.a: e2e::shows_nothing: no #[test] fn shows_nothing( in tests/e2e.rs"]
+    );
+    assert_eq!(
+        problems(&a_how("A= [e2e: e2e::shows_a, sync_e2e::gone]"), s),
+        vec!["Thing.a: sync_e2e::gone: no #[test] fn gone( in tests/sync_e2e.rs"]
+    );
+    assert_eq!(
+        problems(&a_how("A= [e2e: cluster::shows_a]"), s).len(),
+        1,
+        "not a real-systemd suite"
+    );
+    assert_eq!(
+        problems(&a_how("A= [e2e: shows_a]"), s),
+        vec!["Thing.a: \"shows_a\" is not SUITE::TEST"]
+    );
+    assert_eq!(
+        problems(&a_how("[e2e: e2e::shows_a] A="), s),
+        vec!["Thing.a: `[e2e: e2e::shows_a] A=` does not end the row"]
+    );
+    // fields_e2e's tests being written: only the listed names, only while the file is missing.
+    assert_eq!(
+        problems(
+            &a_how("A= [e2e: fields_e2e::resources_reach_the_cgroup]"),
+            s
+        ),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        problems(&a_how("A= [e2e: fields_e2e::anything]"), s),
+        vec!["Thing.a: fields_e2e::anything: there is no tests/fields_e2e.rs"]
+    );
+    let merged = |suite: &str, _: &str| Some(suite == "e2e");
+    assert_eq!(
+        problems_with(
+            &a_how("A= [e2e: fields_e2e::resources_reach_the_cgroup]"),
+            s,
+            &merged
+        ),
+        vec![
+            "Thing.a: fields_e2e::resources_reach_the_cgroup: no #[test] fn resources_reach_the_cgroup( in tests/fields_e2e.rs"
+        ]
+    );
+    // sandbox_e2e::PENDING: only for the rows listed.
+    assert_eq!(
+        problems(&a_how("A= [e2e: sandbox_e2e::PENDING]"), s),
+        vec!["Thing.a: sandbox_e2e::PENDING: no #[test] fn PENDING( in tests/sandbox_e2e.rs"]
+    );
+    let host_pid: &[(&str, &[&str])] = &[("PodSpec", &["hostPID"])];
+    let pending = "### PodSpec\n| `hostPID` | mapped | x [e2e: sandbox_e2e::PENDING] |\n";
+    assert_eq!(problems(pending, host_pid), Vec::<String>::new());
+    // Tests named by a row that is not mapped, or by one listed as untested.
+    assert_eq!(
+        problems(&good.replace("| why |", "| why [e2e: e2e::shows_a] |"), s),
+        vec!["Thing.b: ignored, but names tests"]
+    );
+    let affinity: &[(&str, &[&str])] = &[("PodSpec", &["affinity"])];
+    assert_eq!(
+        problems("### PodSpec\n| `affinity` | mapped | x |\n", affinity),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        problems(
+            "### PodSpec\n| `affinity` | mapped | x [e2e: e2e::shows_a] |\n",
+            affinity
+        ),
+        vec!["PodSpec.affinity: names tests, so it is no longer untested (take it off UNTESTED)"]
+    );
+}
+
+/// The lookup reads the suites as they are: a test is found, a helper or a missing name is not.
+#[test]
+fn suite_lookup_finds_only_tests() {
+    assert_eq!(
+        suite_has_test(
+            "sandbox_e2e",
+            "a_secret_value_is_nowhere_but_in_the_process_and_root_only_files"
+        ),
+        Some(true)
+    );
+    assert_eq!(suite_has_test("e2e", "no_such_test_anywhere"), Some(false));
+    assert_eq!(
+        suite_has_test("mapping_doc", "suite_has_test"),
+        Some(false),
+        "not a #[test]"
+    );
+    assert_eq!(suite_has_test("no_such_suite", "x"), None);
 }

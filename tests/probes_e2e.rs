@@ -500,6 +500,40 @@ fn failed_hooks_stay_in_the_journal() {
     // systemd's exec status shows only the run that succeeded.
     let post = m.prop(&app, "ExecStartPost");
     assert!(post.contains("status=0"), "{post}");
+    // systemd's own record of each hook run that failed, read here without podunit's code:
+    // PID 1's "process exited" entries (SD_MESSAGE_UNIT_PROCESS_EXIT, sd-messages.h) for the
+    // unit, as (COMMAND, EXIT_CODE, EXIT_STATUS); a successful run is only logged at debug level.
+    let journal = || -> Vec<(String, String, String, String)> {
+        m.sh_ok(&format!(
+            "journalctl --no-pager -o json _PID=1 \
+             MESSAGE_ID=98e322203f7a4ed290d09fe03c09fe15 UNIT={app}"
+        ))
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            let f = |k: &str| {
+                v[k].as_str()
+                    .unwrap_or_else(|| panic!("{k} in {l}"))
+                    .to_string()
+            };
+            (
+                f("COMMAND"),
+                f("EXIT_CODE"),
+                f("EXIT_STATUS"),
+                f("__CURSOR"),
+            )
+        })
+        .collect()
+    };
+    let runs = |j: &[(String, String, String, String)]| -> Vec<(String, String, String)> {
+        j.iter()
+            .map(|(c, code, st, _)| (c.clone(), code.clone(), st.clone()))
+            .collect()
+    };
+    let own = |c: &str, code: &str, st: &str| (c.to_string(), code.to_string(), st.to_string());
+    let seen = journal();
+    assert_eq!(runs(&seen), [own("ExecStartPost", "exited", "1")]);
+    // podunit's reading of the same journal (what it posts as hook events) agrees.
     let after = |cursor: Option<&str>| {
         let args = hook_events::journal_args(std::slice::from_ref(&app), cursor, 0);
         let mut script = "journalctl".to_string();
@@ -508,24 +542,32 @@ fn failed_hooks_stay_in_the_journal() {
         }
         hook_events::parse_journal(&m.sh_ok(&script))
     };
-    let failures = || after(None);
-    let got = failures();
+    let got = after(None);
     assert_eq!(got.len(), 1, "{got:?}");
     assert_eq!(
-        (got[0].stage, &got[0].exit, &got[0].unit),
-        (Stage::PostStart, &Exit::Status(1), &app)
+        (got[0].stage, &got[0].exit, &got[0].unit, &got[0].cursor),
+        (Stage::PostStart, &Exit::Status(1), &app, &seen[0].3)
     );
 
     // Stopped, failed (its preStop exited 3) and reset: systemd forgets the unit.
     m.systemctl(&["stop", &app]);
     m.systemctl(&["reset-failed", &app]);
-    let got: Vec<HookExit> = m.wait_for("the preStop failure in the journal", SOON, || {
-        let got = failures();
-        (got.len() == 2).then_some(got)
+    let seen = m.wait_for("the preStop failure in the journal", SOON, || {
+        let j = journal();
+        (j.len() == 2).then_some(j)
     });
     assert_eq!(
-        (got[1].stage, &got[1].exit),
-        (Stage::PreStop, &Exit::Status(3))
+        runs(&seen),
+        [
+            own("ExecStartPost", "exited", "1"),
+            own("ExecStop", "exited", "3")
+        ]
+    );
+    let got: Vec<HookExit> = after(None);
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert_eq!(
+        (got[1].stage, &got[1].exit, &got[1].cursor),
+        (Stage::PreStop, &Exit::Status(3), &seen[1].3)
     );
     // A look after the last cursor finds nothing new.
     assert!(after(Some(&got[1].cursor)).is_empty());

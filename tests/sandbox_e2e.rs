@@ -7,9 +7,14 @@
 mod support;
 
 use support::nspawn::Machine;
-use support::pods::{Probe, ctr_unit, pod_unit, start_pods, wait_state};
+use support::pods::{Probe, SOON, ctr_unit, pod_unit, start_pods, wait_state};
 
 const NS: &str = "default";
+
+/// Perl, as the host's own tools have it: two system calls by number (x86_64), each line
+/// "NAME ok" or "NAME errno N": mount(NULL, "/nonexistent-podunit", NULL, 0, NULL), which the
+/// kernel answers ENOENT (it looks the target up before it checks privileges), and getppid().
+const SYSCALLS: &str = "for (['mount',165,0,'/nonexistent-podunit',0,0,0],['getppid',110]) { my ($n,$nr,@a)=@$_; $!=0; my $r=syscall($nr,@a); print $n, ($r < 0 ? ' errno '.($!+0) : ' ok'), qq(\\n) }";
 
 #[test]
 fn dropping_all_capabilities_leaves_none_and_restricted_pods_are_sandboxed() {
@@ -40,18 +45,28 @@ spec:
     - |
       if touch /etc/podunit-written 2>/dev/null; then echo writable; else echo read-only; fi > /srv/probe/sb-rootfs
       if unshare -U true 2>/dev/null; then echo allowed; else echo denied; fi > /srv/probe/sb-unshare
+      perl -e "$SYSCALLS" > /srv/probe/sb-syscalls
       exec /usr/local/bin/probe
-    env: [{name: PROBE, value: sb-restricted}]
+    env: [{name: PROBE, value: sb-restricted}, {name: SYSCALLS, value: "SYSCALLS_SCRIPT"}]
     # The root filesystem is read-only; the probe's results go to a writable volume.
     volumeMounts: [{name: results, mountPath: /srv/probe}]
     securityContext:
       allowPrivilegeEscalation: false
       readOnlyRootFilesystem: true
       capabilities: {drop: ["ALL"]}
+  # The same system calls without a filter: what the kernel answers them otherwise.
+  - name: unconfined
+    image: host
+    command: ["/bin/sh", "-c", 'perl -e "$SYSCALLS" > /srv/probe/sb-syscalls-unconfined; exec sleep infinity']
+    env: [{name: SYSCALLS, value: "SYSCALLS_SCRIPT"}]
+    volumeMounts: [{name: results, mountPath: /srv/probe}]
+    securityContext:
+      seccompProfile: {type: Unconfined}
   volumes:
   - name: results
     hostPath: {path: /srv/probe, type: Directory}
-"#;
+"#
+    .replace("SYSCALLS_SCRIPT", SYSCALLS);
     m.sh_ok("mkdir -p /srv/probe && chmod 1777 /srv/probe");
     m.write("/etc/pods.d/locked.yaml", manifest.as_bytes());
     start_pods(&m);
@@ -67,10 +82,33 @@ spec:
     assert_eq!(nocaps.status("CapPrm"), "0000000000000000");
 
     assert_eq!(restricted.status("Uid"), "4242\t4242\t4242\t4242");
+    // The pod's runAsGroup, for a container that sets none.
+    assert_eq!(restricted.status("Gid"), "4242\t4242\t4242\t4242");
     assert_eq!(restricted.status("CapBnd"), "0000000000000000");
     assert_eq!(restricted.status("NoNewPrivs"), "1");
-    // 2 = a seccomp filter is installed (RuntimeDefault).
+    // 2 = a seccomp filter is installed; what it filters is below.
     assert_eq!(restricted.status("Seccomp"), "2");
+    // RuntimeDefault (the runtimes' default profile) refuses with EPERM what it denies, here
+    // mount (in its deny list, and in systemd's @mount), and lets the rest through (getppid).
+    // The container without a filter gets the kernel's own answer, ENOENT, so EPERM is the
+    // filter's. (The test machine's own filter, systemd-nspawn's, already refuses ustat and
+    // keyctl to every process in it: those cannot show anything here.)
+    let syscalls = |f: &str| {
+        m.wait_for(&format!("{f} written"), SOON, || {
+            m.read_string(&format!("/srv/probe/{f}"))
+                .filter(|t| t.contains("getppid "))
+        })
+    };
+    assert_eq!(
+        syscalls("sb-syscalls"),
+        "mount errno 1\ngetppid ok\n",
+        "RuntimeDefault"
+    );
+    assert_eq!(
+        syscalls("sb-syscalls-unconfined"),
+        "mount errno 2\ngetppid ok\n",
+        "Unconfined"
+    );
     assert_eq!(
         m.read_string("/srv/probe/sb-rootfs").as_deref(),
         Some("read-only\n")

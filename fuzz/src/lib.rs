@@ -13,7 +13,6 @@ use podunit::common::paths::Paths;
 use podunit::escape::parse;
 use podunit::generate::Generated;
 use podunit::manifest::{Catalog, PodEntry};
-use podunit::translate::env::{field_ref_supported, field_value, resource_value};
 use podunit::translate::image::{ImageResolver, Probe};
 use podunit::translate::naming;
 use podunit::translate::{NodeFacts, Output, PodUnits};
@@ -63,11 +62,14 @@ const KEYS: &[&str] = &[
     "CPUWeight",
     "CapabilityBoundingSet",
     "Description",
+    "DeviceAllow",
+    "DevicePolicy",
     "Documentation",
     "Environment",
     "EnvironmentFile",
     "ExecStart",
     "ExecStartPost",
+    "ExecSearchPath",
     "ExecStartPre",
     "ExecStop",
     "ExecStopPost",
@@ -300,17 +302,14 @@ fn container_env(pod: &Pod, c: &Container, node: &NodeFacts) -> Env {
             }
             Some(vf) => {
                 if let Some(f) = &vf.field_ref {
-                    match field_ref_supported(&f.field_path) {
-                        Some(true) => Bound::Known(
-                            field_value(pod, node, &f.field_path).expect("a supported field"),
-                        ),
-                        _ => Bound::Runtime,
-                    }
+                    expected_field(pod, node, &f.field_path)
                 } else if let Some(r) = &vf.resource_field_ref {
-                    Bound::Known(
-                        resource_value(c, node, &r.resource, r.divisor.as_ref().map(|d| &*d.0))
-                            .expect("a pod that rendered has valid resource references"),
-                    )
+                    Bound::Known(expected_resource(
+                        c,
+                        node,
+                        &r.resource,
+                        r.divisor.as_ref().map(|d| &*d.0),
+                    ))
                 } else {
                     Bound::Runtime
                 }
@@ -320,6 +319,170 @@ fn container_env(pod: &Pod, c: &Container, node: &NodeFacts) -> Env {
         env.bound.insert(e.name.clone(), b);
     }
     env
+}
+
+/// A `fieldRef` the kubelet resolves, from the Pod itself (k8s.io/kubernetes
+/// pkg/fieldpath, `podFieldSelectorRuntimeValue`): known before start for the pod's own metadata
+/// and spec, only at start for its IPs (which podunit takes from the node at start).
+fn expected_field(pod: &Pod, node: &NodeFacts, path: &str) -> Bound {
+    let m = &pod.metadata;
+    let spec = pod.spec.as_ref();
+    let map_key = |prefix: &str| path.strip_prefix(prefix).and_then(|k| k.strip_suffix("']"));
+    Bound::Known(match path {
+        "metadata.name" => m.name.clone().expect("a rendered pod has a name"),
+        // A pod without a namespace is in "default".
+        "metadata.namespace" => m.namespace.clone().unwrap_or_else(|| "default".into()),
+        "metadata.uid" => m.uid.clone().expect("a loaded pod has a UID"),
+        // The node the pod runs on: this one (a pod naming another node is not run here).
+        "spec.nodeName" => node.node_name.clone(),
+        // The ServiceAccount admission's default, as for any pod that names none; the deprecated
+        // `serviceAccount` is the same field under its old name.
+        "spec.serviceAccountName" => spec
+            .and_then(|s| s.service_account_name.clone().or(s.service_account.clone()))
+            .unwrap_or_else(|| "default".into()),
+        "status.hostIP" | "status.hostIPs" | "status.podIP" | "status.podIPs" => {
+            return Bound::Runtime;
+        }
+        _ => {
+            // A missing key is the empty string, as the kubelet's `metadata.labels['k']`.
+            let (map, key) = if let Some(k) = map_key("metadata.labels['") {
+                (&m.labels, k)
+            } else if let Some(k) = map_key("metadata.annotations['") {
+                (&m.annotations, k)
+            } else {
+                panic!("a pod with fieldRef {path:?}, which Kubernetes refuses, was rendered")
+            };
+            map.as_ref()
+                .and_then(|l| l.get(key))
+                .cloned()
+                .unwrap_or_default()
+        }
+    })
+}
+
+/// A Kubernetes quantity as an exact fraction (numerator, denominator), or None when it is not
+/// one (apimachinery's resource.Quantity grammar: a decimal number, then an SI or binary suffix
+/// or a decimal exponent). Negative quantities are not resources.
+fn quantity(q: &str) -> Option<(i128, i128)> {
+    let split = q
+        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+'))
+        .unwrap_or(q.len());
+    let (num, suffix) = q.split_at(split);
+    let num = num.strip_prefix('+').unwrap_or(num);
+    let (int, frac) = num.split_once('.').unwrap_or((num, ""));
+    if (int.is_empty() && frac.is_empty())
+        || !int.bytes().chain(frac.bytes()).all(|b| b.is_ascii_digit())
+        || int.len() + frac.len() > 30
+    {
+        return None;
+    }
+    let mut n: i128 = format!("{int}{frac}").parse().ok()?;
+    let mut d: i128 = 10i128.checked_pow(frac.len() as u32)?;
+    let pow = |b: i128, e: u32| b.checked_pow(e);
+    let (mul, div) = match suffix {
+        "" => (1, 1),
+        "n" => (1, pow(10, 9)?),
+        "u" => (1, pow(10, 6)?),
+        "m" => (1, 1000),
+        "k" => (1000, 1),
+        "M" => (pow(10, 6)?, 1),
+        "G" => (pow(10, 9)?, 1),
+        "T" => (pow(10, 12)?, 1),
+        "P" => (pow(10, 15)?, 1),
+        "E" => (pow(10, 18)?, 1),
+        "Ki" => (1 << 10, 1),
+        "Mi" => (1 << 20, 1),
+        "Gi" => (1 << 30, 1),
+        "Ti" => (1 << 40, 1),
+        "Pi" => (1 << 50, 1),
+        "Ei" => (1 << 60, 1),
+        s => {
+            let e = s.strip_prefix(['e', 'E'])?;
+            let e = e.strip_prefix('+').unwrap_or(e);
+            let exp: i32 = e.parse().ok()?;
+            if exp.unsigned_abs() > 30 {
+                return None;
+            }
+            if exp >= 0 {
+                (pow(10, exp as u32)?, 1)
+            } else {
+                (1, pow(10, exp.unsigned_abs())?)
+            }
+        }
+    };
+    n = n.checked_mul(mul)?;
+    d = d.checked_mul(div)?;
+    Some((n, d))
+}
+
+/// `ceil(n / d)` of a fraction times `scale`.
+fn ceil_scaled((n, d): (i128, i128), scale: i128) -> i128 {
+    (n * scale + d - 1) / d
+}
+
+/// A `resourceFieldRef` value as the kubelet computes it (pkg/api/v1/resource,
+/// `ExtractContainerResourceValue`): cpu as ceil(MilliValue / divisor's MilliValue), memory and
+/// ephemeral-storage as ceil(Value / divisor's Value), each value rounded up to a whole milli or
+/// byte first; an unset limit is the node's allocatable amount, an unset request the limit
+/// when there is one (API defaulting), else 0; the default divisor is 1.
+fn expected_resource(
+    c: &Container,
+    node: &NodeFacts,
+    resource: &str,
+    divisor: Option<&str>,
+) -> String {
+    let (kind, name) = resource
+        .split_once('.')
+        .unwrap_or_else(|| panic!("resourceFieldRef {resource:?} was rendered"));
+    let res = c.resources.as_ref();
+    let get = |k: &str| {
+        let map = match k {
+            "limits" => res.and_then(|r| r.limits.as_ref()),
+            _ => res.and_then(|r| r.requests.as_ref()),
+        };
+        map.and_then(|m| m.get(name))
+            .map(|q| quantity(&q.0).unwrap_or_else(|| panic!("{resource}: {:?} was rendered", q.0)))
+    };
+    let set = match kind {
+        "limits" => get("limits"),
+        // Open finding `request-from-limit`: podunit reads an unset request as 0.
+        "requests" if known("request-from-limit") => get("requests"),
+        "requests" => get("requests").or_else(|| get("limits")),
+        _ => panic!("resourceFieldRef {resource:?} was rendered"),
+    };
+    if kind == "limits" && name == "ephemeral-storage" && set.is_none() {
+        // The node's allocatable ephemeral storage, which the translation is not told; open
+        // finding `ephemeral-storage-capacity`: podunit gives the node's memory.
+        assert!(
+            known("ephemeral-storage-capacity"),
+            "{resource} unset: the kubelet gives the node's allocatable ephemeral storage"
+        );
+    }
+    let div = quantity(divisor.unwrap_or("1"))
+        .unwrap_or_else(|| panic!("divisor {divisor:?} was rendered"));
+    let (value, div) = match name {
+        "cpu" => (
+            set.map(|q| ceil_scaled(q, 1000))
+                .unwrap_or(if kind == "limits" {
+                    node.cpu_millis as i128
+                } else {
+                    0
+                }),
+            ceil_scaled(div, 1000),
+        ),
+        "memory" | "ephemeral-storage" => (
+            set.map(|q| ceil_scaled(q, 1))
+                .unwrap_or(if kind == "limits" {
+                    node.memory_bytes as i128
+                } else {
+                    0
+                }),
+            ceil_scaled(div, 1),
+        ),
+        _ => panic!("resourceFieldRef {resource:?} was rendered"),
+    };
+    assert!(div > 0, "a divisor of {divisor:?} was rendered");
+    ((value + div - 1) / div).to_string()
 }
 
 /// Stands for a runtime variable's value when comparing argv: a unit that references any other
@@ -841,4 +1004,72 @@ fn check_log_fields(
         want.push(("CONTAINER_NAME".to_string(), c.to_string()));
     }
     assert_eq!(got, want, "{unit}: LogExtraFields=");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantities_as_apimachinery_reads_them() {
+        assert_eq!(quantity("1"), Some((1, 1)));
+        assert_eq!(quantity("250m"), Some((250, 1000)));
+        assert_eq!(quantity("0.5"), Some((5, 10)));
+        assert_eq!(quantity("1.5Gi"), Some((15 << 30, 10)));
+        assert_eq!(quantity("64Mi"), Some((64 << 20, 1)));
+        assert_eq!(quantity("2k"), Some((2000, 1)));
+        assert_eq!(quantity("1e3"), Some((1000, 1)));
+        assert_eq!(quantity("1E-3"), Some((1, 1000)));
+        assert_eq!(quantity("+3"), Some((3, 1)));
+        for bad in ["", "-1", "1x", "Mi", "1.2.3", "1e", "e3"] {
+            assert_eq!(quantity(bad), None, "{bad:?}");
+        }
+        assert_eq!(ceil_scaled(quantity("1.0001m").unwrap(), 1000), 2);
+        assert_eq!(ceil_scaled(quantity("250m").unwrap(), 1000), 250);
+    }
+
+    #[test]
+    fn resource_values_as_the_kubelet_computes_them() {
+        let c: Container = serde_json::from_value(serde_json::json!({
+            "name": "c",
+            "resources": {"limits": {"cpu": "1500m", "memory": "100Mi"}, "requests": {"memory": "10Mi"}}
+        }))
+        .unwrap();
+        let node = NodeFacts::default();
+        let v = |r: &str, d: Option<&str>| expected_resource(&c, &node, r, d);
+        assert_eq!(v("limits.cpu", None), "2");
+        assert_eq!(v("limits.cpu", Some("1m")), "1500");
+        assert_eq!(
+            v("requests.cpu", Some("1m")),
+            "1500",
+            "the request defaults to the limit"
+        );
+        assert_eq!(v("limits.memory", Some("1Mi")), "100");
+        assert_eq!(v("requests.memory", Some("1Mi")), "10");
+        let bare: Container = serde_json::from_value(serde_json::json!({"name": "c"})).unwrap();
+        assert_eq!(expected_resource(&bare, &node, "requests.cpu", None), "0");
+        assert_eq!(
+            expected_resource(&bare, &node, "limits.cpu", Some("1m")),
+            node.cpu_millis.to_string()
+        );
+    }
+
+    #[test]
+    fn field_values_from_the_pod() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "uid": "u-1", "labels": {"app": "web"}},
+            "spec": {"containers": [], "serviceAccount": "old"}
+        }))
+        .unwrap();
+        let node = NodeFacts::default();
+        let f = |p: &str| expected_field(&pod, &node, p);
+        assert_eq!(f("metadata.name"), Bound::Known("p".into()));
+        assert_eq!(f("metadata.namespace"), Bound::Known("default".into()));
+        assert_eq!(f("metadata.uid"), Bound::Known("u-1".into()));
+        assert_eq!(f("metadata.labels['app']"), Bound::Known("web".into()));
+        assert_eq!(f("metadata.annotations['x']"), Bound::Known(String::new()));
+        assert_eq!(f("spec.nodeName"), Bound::Known(node.node_name.clone()));
+        assert_eq!(f("spec.serviceAccountName"), Bound::Known("old".into()));
+        assert_eq!(f("status.podIP"), Bound::Runtime);
+    }
 }

@@ -229,11 +229,18 @@ fn exec_attach_and_port_forward_over_websocket() {
     );
     assert_eq!(s.status, 101, "{}", s.raw);
     assert!(s.headers.get("sec-websocket-protocol").is_none());
+    // The v1 error channel carries the status's message only: "command terminated with non-zero
+    // exit code: <error>, exit code N", whose error names the argv (which has a 5 in it too):
+    // the code is the number at the end.
     let text = String::from_utf8(channel(&s, 3)).unwrap();
+    let (head, code) = text
+        .rsplit_once(", exit code ")
+        .unwrap_or_else(|| panic!("no exit code in {text:?}"));
     assert!(
-        text.starts_with("command terminated with non-zero exit code") && text.contains("5"),
+        head.starts_with("command terminated with non-zero exit code: "),
         "{text}"
     );
+    assert_eq!(code.parse::<i32>().ok(), Some(5), "{text}");
 
     // Refused upgrades: an unknown protocol, and port-forward's protocols other than the
     // kubelet's (v5, kubectl's own tunnel), so kubectl falls back to SPDY.
