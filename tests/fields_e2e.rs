@@ -246,6 +246,9 @@ spec:
     - {{name: mem, mountPath: /mem}}
     - {{name: disk, mountPath: /disk}}
     - {{name: info, mountPath: /info}}
+    - {{name: info2, mountPath: /info2}}
+    - {{name: cmv, mountPath: /cmv}}
+    - {{name: proj, mountPath: /proj}}
   volumes:
   - name: mem
     emptyDir: {{medium: Memory}}
@@ -259,6 +262,39 @@ spec:
       - {{path: app, fieldRef: {{fieldPath: "metadata.labels['app']"}}}}
       - {{path: name, fieldRef: {{fieldPath: metadata.name}}}}
       - {{path: mem, resourceFieldRef: {{containerName: main, resource: limits.memory, divisor: 1Mi}}}}
+  - name: info2
+    downwardAPI:
+      defaultMode: 0440
+      items:
+      - {{path: name, fieldRef: {{fieldPath: metadata.name}}}}
+      - {{path: own-mode, mode: 0400, fieldRef: {{fieldPath: metadata.name}}}}
+  - name: cmv
+    configMap:
+      name: cfg
+      items:
+      - {{key: b, path: sub/b.txt}}
+  - name: proj
+    projected:
+      defaultMode: 0640
+      sources:
+      - configMap: {{name: cfg, items: [{{key: a, path: cm-a}}]}}
+      - downwardAPI: {{items: [{{path: pod-name, fieldRef: {{fieldPath: metadata.name}}}}]}}
+      - secret: {{name: sec, items: [{{key: s, path: sec-s}}]}}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: cfg
+data:
+  a: from-a
+  b: from-b
+---
+apiVersion: v1
+kind: Secret
+metadata:
+  name: sec
+stringData:
+  s: from-s
 "#
     );
     m.write("/etc/pods.d/vols.yaml", pod.as_bytes());
@@ -280,8 +316,37 @@ spec:
     assert_eq!(file("app"), "web");
     assert_eq!(file("name"), "vols");
     assert_eq!(file("mem"), "64");
-    let mode = m.sh_ok(&format!("stat -L -c %a /proc/{pid}/root/info/labels"));
-    assert_eq!(mode.trim(), "644");
+    let mode = |f: &str| {
+        m.sh_ok(&format!("stat -L -c %a /proc/{pid}/root{f}"))
+            .trim()
+            .to_string()
+    };
+    assert_eq!(mode("/info/labels"), "644");
+    // defaultMode, and an item's own mode over it.
+    assert_eq!(mode("/info2/name"), "440");
+    assert_eq!(mode("/info2/own-mode"), "400");
+    // A configMap volume with items: only the listed keys, at their paths.
+    let listed = m.sh_ok(&format!(
+        "cd /proc/{pid}/root/cmv && find -L . -path './..*' -prune -o -print | sort"
+    ));
+    assert_eq!(listed, ".\n./sub\n./sub/b.txt\n");
+    assert_eq!(
+        m.sh_ok(&format!("cat /proc/{pid}/root/cmv/sub/b.txt")),
+        "from-b"
+    );
+    // A projected volume: each source's items, every file with the volume's defaultMode.
+    for (f, content) in [
+        ("cm-a", "from-a"),
+        ("pod-name", "vols"),
+        ("sec-s", "from-s"),
+    ] {
+        assert_eq!(
+            m.sh_ok(&format!("cat /proc/{pid}/root/proj/{f}")),
+            content,
+            "{f}"
+        );
+        assert_eq!(mode(&format!("/proj/{f}")), "640", "{f}");
+    }
 
     // Stopped and started again: the memory emptyDir is new, the disk one kept.
     m.sh_ok(&format!("systemctl stop {}", pod_unit(NS, "vols")));
@@ -296,6 +361,84 @@ spec:
         m.read_string("/srv/probe/vols-log").unwrap(),
         "mem=new disk=new\nmem=new disk=kept\nmem=new disk=kept\n"
     );
+}
+
+/// Required node affinity against the node's labels (the kubelet's admission), hostNetwork on a
+/// node whose pods get private networks, and `serviceAccount`, the old name of
+/// `serviceAccountName`.
+#[test]
+fn node_affinity_host_network_and_the_service_account_alias() {
+    let m = Machine::boot("fields-node");
+    m.write("/etc/podunit/config.yaml", b"network: private\n");
+    let affinity = |os: &str| {
+        format!(
+            "  affinity:\n    nodeAffinity:\n      requiredDuringSchedulingIgnoredDuringExecution:\n        nodeSelectorTerms:\n        - matchExpressions:\n          - {{key: kubernetes.io/os, operator: In, values: [{os}]}}\n"
+        )
+    };
+    let pod = |name: &str, spec: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n{spec}  containers:\n{}---\n",
+            probe_container(
+                "main",
+                name,
+                "    - name: SA\n      valueFrom: {fieldRef: {fieldPath: spec.serviceAccountName}}\n"
+            )
+        )
+    };
+    let all = [
+        pod("fits", &affinity("linux")),
+        pod("elsewhere", &affinity("windows")),
+        pod("hostnet", "  hostNetwork: true\n"),
+        pod("private", ""),
+        pod("alias", "  serviceAccount: legacy\n"),
+    ]
+    .concat();
+    m.write("/etc/pods.d/node.yaml", all.as_bytes());
+    start_pods(&m);
+    for p in ["fits", "hostnet", "private", "alias"] {
+        Probe::new(&m, p).wait_starts(1);
+    }
+    // The pod this node does not fit is refused, with the kubelet's reason, and never runs.
+    let table = m.wait_for("elsewhere to be refused", SOON, || {
+        let t = m.sh_ok("podunit status");
+        t.lines()
+            .any(|l| l.split_whitespace().nth(1) == Some("elsewhere"))
+            .then_some(t)
+    });
+    let row: Vec<&str> = table
+        .lines()
+        .find(|l| l.split_whitespace().nth(1) == Some("elsewhere"))
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    assert_eq!(row[3], "NodeAffinity", "{table}");
+    assert_eq!(Probe::new(&m, "elsewhere").starts(), 0);
+
+    // hostNetwork: the machine's own network namespace; the others: one of the pod's, with
+    // only a loopback interface.
+    let netns = |pid: &str| {
+        m.sh_ok(&format!("readlink /proc/{pid}/ns/net"))
+            .trim()
+            .to_string()
+    };
+    let node_ns = netns("1");
+    let main_pid = |pod: &str| m.prop(&ctr_unit(NS, pod, "main"), "MainPID");
+    assert_eq!(netns(&main_pid("hostnet")), node_ns);
+    let private = main_pid("private");
+    assert_ne!(netns(&private), node_ns);
+    let links = m.sh_ok(&format!(
+        "tail -n +3 /proc/{private}/net/dev | cut -d: -f1 | tr -d ' '"
+    ));
+    assert_eq!(links, "lo\n");
+
+    // serviceAccount alone names the account, as serviceAccountName does.
+    let sa = |p: &str| {
+        Probe::new(&m, p)
+            .env("SA")
+            .map(|v| String::from_utf8(v).unwrap())
+    };
+    assert_eq!(sa("alias").as_deref(), Some("legacy"));
+    assert_eq!(sa("private").as_deref(), Some("default"));
 }
 
 /// The capability sets of a capability bit list, as /proc/PID/status shows them.
@@ -432,6 +575,22 @@ spec:
       grpc: {{port: {port}}}
       periodSeconds: 1
       failureThreshold: 1
+  - name: steady
+    image: host
+    command: ["sleep", "infinity"]
+    readinessProbe:
+      exec: {{command: ["sh", "-c", "echo run >> /srv/t/steady-runs; test -e /srv/t/steady-go"]}}
+      periodSeconds: 2
+      successThreshold: 3
+  - name: graceful
+    image: host
+    command: ["sh", "-c", "trap 'date +%s.%N >> /srv/t/graceful-term' TERM; echo up > /srv/t/graceful-up; while :; do sleep 0.2; done"]
+    livenessProbe:
+      exec: {{command: ["test", "!", "-e", "/srv/t/graceful-up"]}}
+      periodSeconds: 1
+      failureThreshold: 1
+      terminationGracePeriodSeconds: 3
+  terminationGracePeriodSeconds: 60
 "#,
         port = grpc.port
     );
@@ -443,13 +602,8 @@ spec:
     let startup_unit = ctr_unit(NS, "timing", "startup");
     let first_pid = m.prop(&startup_unit, "MainPID");
 
-    // timeoutSeconds: a probe command that would succeed after 5 s is a failure after 1 s,
-    // so the container is killed and restarted.
-    slow.wait_starts(2);
-
-    // The gRPC server answers SERVING: the grpc container is ready; then the server goes away
-    // and it is not ready any more.
-    let grpc_ready = || {
+    // A container's `ready`, as `podunit status -o json` says it.
+    let ready = |container: &str| {
         let json = m.sh_ok("podunit status -o json");
         let v: serde_json::Value = serde_json::from_str(&json).unwrap();
         let pod = v
@@ -463,15 +617,64 @@ spec:
             .as_array()
             .unwrap()
             .iter()
-            .find(|c| c["name"] == "grpc")
-            .map(|c| c["ready"].clone())
+            .find(|c| c["name"] == container)
+            .map(|c| c["ready"] == true)
+            .unwrap_or(false)
     };
+    let runs = || {
+        m.read_string("/srv/t/steady-runs")
+            .map_or(0, |r| r.lines().count())
+    };
+
+    // successThreshold 3: its probe fails until the test lets it pass; then the container is
+    // ready only after three successes in a row (one every 2 s), not at the first.
+    m.wait_for("the steady probe to have run", SOON, || {
+        (runs() > 0).then_some(())
+    });
+    assert!(!ready("steady"), "ready before any success");
+    let before = runs();
+    m.sh_ok("touch /srv/t/steady-go");
+    m.wait_for("steady to be ready", SOON, || ready("steady").then_some(()));
+    let after = runs();
+    assert!(
+        after >= before + 3,
+        "ready after {} runs since the probe could pass",
+        after - before
+    );
+
+    // A liveness kill with the probe's own terminationGracePeriodSeconds (3 s), not the pod's
+    // (60 s): SIGTERM (which the container ignores), then SIGKILL 3 s later.
+    let term = m.wait_for("graceful to get SIGTERM", SOON, || {
+        m.read_string("/srv/t/graceful-term")
+    });
+    let term: f64 = term.lines().next().unwrap().parse().unwrap();
+    let graceful = ctr_unit(NS, "timing", "graceful");
+    let killed = m.wait_for("graceful to be killed", SOON, || {
+        let j = m.sh_ok(&format!(
+            "journalctl --no-pager -o short-unix _PID=1 UNIT={graceful}"
+        ));
+        j.lines()
+            .find(|l| l.contains("code=killed, status=9/KILL"))
+            .map(|l| l.split_whitespace().next().unwrap().parse::<f64>().unwrap())
+    });
+    let grace = killed - term;
+    assert!(
+        (2.0..15.0).contains(&grace),
+        "SIGKILL {grace:.1} s after SIGTERM: the probe's 3 s grace, not the pod's 60"
+    );
+
+    // timeoutSeconds: a probe command that would succeed after 5 s is a failure after 1 s,
+    // so the container is killed and restarted.
+    slow.wait_starts(2);
+
+    // The gRPC server answers SERVING: the grpc container is ready; then the server goes away
+    // and it is not ready any more.
     m.wait_for("the grpc container to be ready", SOON, || {
-        (grpc_ready() == Some(true.into())).then_some(())
+        ready("grpc").then_some(())
     });
     drop(grpc);
     m.wait_for("the grpc container to be unready", SOON, || {
-        (grpc_ready() == Some(false.into())).then_some(())
+        (!ready("grpc")).then_some(())
     });
 
     // The startup probe has failed all this time (the slow container restarted meanwhile), and
