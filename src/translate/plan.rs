@@ -25,6 +25,10 @@ pub struct PodPlan {
     /// `/run/podunit/pods/<uid>`: tmpfs, 0700 (files of secret and configMap volumes, env files).
     pub runtime_dir: String,
     pub volumes: Vec<VolumePlan>,
+    /// `securityContext.fsGroup`: the group of the emptyDir, configMap, secret, downwardAPI and
+    /// projected volumes, with the kubelet's group permissions (see `podstart::prepare`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fs_group: Option<u32>,
     pub env_files: Vec<EnvFilePlan>,
     /// Numeric users (uid, primary gid) and groups the containers run with. Kubernetes needs no
     /// user database entry for them, systemd does: those the host does not know get a record in
