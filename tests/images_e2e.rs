@@ -17,7 +17,7 @@ use podunit::image::Store;
 use podunit::image::registry::Client;
 use std::path::PathBuf;
 use support::nspawn::Machine;
-use support::pods::{SOON, ctr_unit, start_pods, start_sync, wait_state};
+use support::pods::{SOON, container_pid, ctr_unit, start_pods, start_sync, wait_state};
 use support::registry::{self, host_arch};
 use support::status::status_row;
 
@@ -283,7 +283,7 @@ fn corpus_pods_run_unchanged_in_their_pulled_images() {
     );
     assert!(hosts.contains("\tnginx\n"), "{hosts}");
     assert!(in_root(&m, &nginx, "/usr/share/nginx/html/index.html").contains("Welcome"));
-    let pid = m.prop(&nginx, "MainPID");
+    let pid = container_pid(&m, &nginx);
     let cmdline = m.sh_ok(&format!("tr '\\0' ' ' < /proc/{pid}/cmdline"));
     assert_eq!(cmdline.trim(), "httpd -f -v -p 80 -h /usr/share/nginx/html");
     let environ = m.sh_ok(&format!("tr '\\0' '\\n' < /proc/{pid}/environ"));
@@ -383,7 +383,7 @@ fn a_dropped_manifest_gets_its_image_pulled_by_podunit_sync_and_runs() {
         (m.prop(&nginx, "ActiveState") == "active").then_some(())
     });
     assert!(http_get(&m, 80, "/").contains("Welcome to nginx!"));
-    let pid = m.prop(&nginx, "MainPID");
+    let pid = container_pid(&m, &nginx);
     let cmdline = m.sh_ok(&format!("tr '\\0' ' ' < /proc/{pid}/cmdline"));
     assert_eq!(
         cmdline.trim(),

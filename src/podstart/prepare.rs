@@ -145,8 +145,18 @@ pub fn prepare(
     if let Some(etc) = &plan.etc {
         write_etc_files(plan, paths, etc, node_ip)?;
     }
-    // Last: it moves this process into the service manager's mount namespace.
-    crate::podstart::root::mount_all(plan, paths).map_err(PrepareError::Root)
+    // It moves this process into the service manager's mount namespace.
+    crate::podstart::root::mount_all(plan, paths).map_err(PrepareError::Root)?;
+    if plan.share_process_namespace {
+        // Last: this process's children from now on are in the pod's PID namespace.
+        crate::pidinit::start_pod_namespace(&paths.host(&plan.pid_namespace())).map_err(
+            |message| PrepareError::Io {
+                path: paths.host(&plan.pid_namespace()),
+                error: io::Error::other(message),
+            },
+        )?;
+    }
+    Ok(())
 }
 
 /// The pod's name files, world-readable as in any container (the runtime directory above them is
@@ -257,6 +267,13 @@ fn write_record(
 /// deleted, as the kubelet keeps emptyDir across container restarts and reboots.
 pub fn cleanup(plan: &PodPlan, paths: &Paths) -> Result<(), PrepareError> {
     check_dirs(plan)?;
+    if plan.share_process_namespace {
+        // Bound in the service manager's mount namespace, and unbound there.
+        if paths.root == Path::new("/") {
+            crate::podstart::root::enter_manager_namespace().map_err(PrepareError::Root)?;
+        }
+        crate::pidinit::release_pod_namespace(&paths.host(&plan.pid_namespace()));
+    }
     crate::podstart::root::release_all(plan, paths);
     let runtime = paths.host(&plan.runtime_dir);
     match fs::remove_dir_all(&runtime) {

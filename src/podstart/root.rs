@@ -262,6 +262,7 @@ mod tests {
             runtime_dir: format!("{}/u-1", Paths::RUNTIME),
             volumes: vec![],
             fs_group: None,
+            share_process_namespace: false,
             env_files: vec![],
             users: vec![],
             groups: vec![],

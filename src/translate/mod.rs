@@ -202,6 +202,8 @@ pub fn translate(
             .as_ref()
             .and_then(|p| p.fs_group)
             .and_then(|g| u32::try_from(g).ok()),
+        share_process_namespace: spec.share_process_namespace == Some(true)
+            && spec.host_pid != Some(true),
         env_files: Vec::new(),
         users: Vec::new(),
         groups: Vec::new(),
