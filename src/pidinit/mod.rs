@@ -67,9 +67,17 @@ pub struct Args {
     /// Mask parts of /proc as a container runtime does (not for privileged containers).
     #[arg(long)]
     pub mask: bool,
-    /// Unmount this path (the podunit binary bound into an image's root to run this).
+    /// Unmount this path where it is a mount point (what was bound into an image's root to run
+    /// this: podunit, the host's loader and C library, the pod's PID namespace).
     #[arg(long, value_name = "PATH")]
-    pub hide: Option<std::path::PathBuf>,
+    pub hide: Vec<std::path::PathBuf>,
+    /// This was started through this dynamic loader (in an image's root), as the inner process
+    /// must be too.
+    #[arg(long, value_name = "PATH", requires = "library_path")]
+    pub loader: Option<std::path::PathBuf>,
+    /// The loader's library path.
+    #[arg(long, value_name = "DIRS")]
+    pub library_path: Option<String>,
     /// Refuse the mount system calls (`@mount`), as the RuntimeDefault seccomp profile does.
     #[arg(long)]
     pub deny_mount: bool,
@@ -125,7 +133,18 @@ fn outer(args: &Args) -> Result<Never, String> {
         None => nix::sched::unshare(CloneFlags::CLONE_NEWPID)
             .map_err(|e| format!("a new PID namespace: {e}"))?,
     }
-    let mut cmd = Command::new("/proc/self/exe");
+    let mut cmd = match (&args.loader, &args.library_path) {
+        (Some(loader), Some(libs)) => {
+            // /proc/self/exe is the loader: started the same way.
+            let exe = std::env::args_os().next().unwrap_or_default();
+            let mut c = Command::new(loader);
+            c.args(["--inhibit-cache", "--library-path"])
+                .arg(libs)
+                .arg(exe);
+            c
+        }
+        _ => Command::new("/proc/self/exe"),
+    };
     cmd.arg("pid-init").arg("--inner");
     if let Some(p) = &args.pod {
         cmd.arg("--pod").arg(p);
@@ -139,7 +158,7 @@ fn outer(args: &Args) -> Result<Never, String> {
             cmd.arg(flag);
         }
     }
-    if let Some(h) = &args.hide {
+    for h in &args.hide {
         cmd.arg("--hide").arg(h);
     }
     if !args.drop.is_empty() {
@@ -215,9 +234,12 @@ fn inner(args: &Args) -> Result<Never, String> {
     if args.mask {
         mask_proc()?;
     }
-    if let Some(h) = &args.hide {
-        umount2(h.as_path(), MntFlags::MNT_DETACH)
-            .map_err(|e| format!("unmounting {}: {e}", h.display()))?;
+    for h in &args.hide {
+        match umount2(h.as_path(), MntFlags::MNT_DETACH) {
+            // Not a mount point: a library directory the host does not have.
+            Ok(()) | Err(nix::errno::Errno::EINVAL | nix::errno::Errno::ENOENT) => {}
+            Err(e) => return Err(format!("unmounting {}: {e}", h.display())),
+        }
     }
     if args.deny_mount || args.deny_namespaces {
         seccomp::install(args.deny_mount, args.deny_namespaces)

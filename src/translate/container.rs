@@ -556,6 +556,19 @@ fn one(
     })
 }
 
+/// The host's dynamic loader (the path every glibc binary of this architecture names) and the
+/// directories its C library is in, on Debian and on Fedora-like hosts.
+#[cfg(target_arch = "aarch64")]
+const HOST_LOADER: (&str, &[&str]) = (
+    "/lib/ld-linux-aarch64.so.1",
+    &["/lib/aarch64-linux-gnu", "/usr/lib64"],
+);
+#[cfg(not(target_arch = "aarch64"))]
+const HOST_LOADER: (&str, &[&str]) = (
+    "/lib64/ld-linux-x86-64.so.2",
+    &["/lib/x86_64-linux-gnu", "/usr/lib64"],
+);
+
 /// `ExecStart=`: the command itself with `hostPID: true`; otherwise `podunit pid-init` starting
 /// it in a PID namespace of its own (the pod's with `shareProcessNamespace: true`), with what it
 /// must take back of the sandbox (`security::PidInit`).
@@ -575,7 +588,51 @@ fn exec_start(
         return;
     };
     let bin = ctx.node.podunit_bin.as_str();
-    let mut line = vec![Arg::text(bin), Arg::text("pid-init")];
+    let mut line = Vec::new();
+    if own_root {
+        // podunit, the host's dynamic loader and the host's C library are not in an image's root:
+        // bound there at their own paths (library directories only where the host has them), and
+        // podunit started through the loader, which finds the libraries there and not by the
+        // image's /etc/ld.so.cache. pid-init unmounts them all before the command runs; an image
+        // without such a path keeps an empty one.
+        let (loader, libs) = HOST_LOADER;
+        let lib_path = libs.join(":");
+        line.extend(
+            [loader, "--inhibit-cache", "--library-path", &lib_path, bin]
+                .into_iter()
+                .map(Arg::text),
+        );
+        line.push(Arg::text("pid-init"));
+        for l in ["--loader", loader, "--library-path", &lib_path] {
+            line.push(Arg::text(l));
+        }
+        svc.add("BindReadOnlyPaths", Value::Bind(bin.into(), bin.into()));
+        svc.add(
+            "BindReadOnlyPaths",
+            Value::Bind(loader.into(), loader.into()),
+        );
+        for d in libs {
+            svc.add(
+                "BindReadOnlyPaths",
+                Value::OptionalBind(d.to_string(), d.to_string()),
+            );
+        }
+        let mut host: Vec<String> = libs.iter().map(|d| d.to_string()).collect();
+        host.extend([loader.to_string(), bin.to_string()]);
+        if ctx.plan.share_process_namespace {
+            // And the pod's PID namespace.
+            let ns = ctx.plan.pid_namespace();
+            svc.add("BindReadOnlyPaths", Value::Bind(ns.clone(), ns.clone()));
+            host.push(ns);
+        }
+        for p in host {
+            line.push(Arg::text("--hide"));
+            line.push(Arg::text(p));
+        }
+    } else {
+        line.push(Arg::text(bin));
+        line.push(Arg::text("pid-init"));
+    }
     if ctx.plan.share_process_namespace {
         line.push(Arg::text("--pod"));
         line.push(Arg::text(ctx.plan.pid_namespace()));
@@ -587,19 +644,6 @@ fn exec_start(
     ] {
         if on {
             line.push(Arg::text(flag));
-        }
-    }
-    if own_root {
-        // podunit (and the pod's PID namespace) are not in an image's root: bound there, at their
-        // own paths, for pid-init, which unmounts them before the command runs.
-        let mut host = vec![bin.to_string()];
-        if ctx.plan.share_process_namespace {
-            host.push(ctx.plan.pid_namespace());
-        }
-        for p in host {
-            svc.add("BindReadOnlyPaths", Value::Bind(p.clone(), p.clone()));
-            line.push(Arg::text("--hide"));
-            line.push(Arg::text(p));
         }
     }
     for (flag, caps) in [("--drop=", &p.drop), ("--drop-ambient=", &p.drop_ambient)] {
