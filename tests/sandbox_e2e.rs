@@ -284,6 +284,12 @@ spec:
     // Its pod's: the pause process as PID 1, its sibling, itself.
     assert_eq!(ran("pid-shared"), "pause\nsh\ntail\n");
     assert_ne!(m.read_string("/srv/probe/pid-shared-self").unwrap(), "1\n");
+    // Stopping the pod ends its PID namespace: no pause process, nothing bound.
+    m.sh_ok(&format!("systemctl stop {}", pod_unit(NS, "shared")));
+    assert_eq!(
+        m.sh_ok("grep -lx pause /proc/[0-9]*/comm; ls -A /run/podunit-pidns; true"),
+        ""
+    );
     // The host's.
     let host = ran("pid-host");
     assert!(host.lines().any(|c| c == "systemd"), "{host}");
