@@ -5,7 +5,7 @@
 //! writing unit trees, talking to systemd and to the API server live at the edges, in their own
 //! modules.
 
-// The one exception: src/localsync/heap.rs (malloc_trim).
+// The exceptions: src/localsync/heap.rs (malloc_trim), src/pidinit/seccomp.rs (a seccomp filter).
 #![deny(unsafe_code)]
 
 // What the generator links (it builds the library without the `cli` feature): manifests in, units out.
@@ -22,6 +22,9 @@ pub mod translate;
 // Runs at pod start, as root.
 #[cfg(feature = "cli")]
 pub mod podstart;
+// Starts a container in a PID namespace of its own (its unit's ExecStart=).
+#[cfg(feature = "cli")]
+pub mod pidinit;
 
 // podunit-sync: the local agent, the status model, the D-Bus client, the cluster agent.
 #[cfg(feature = "cli")]

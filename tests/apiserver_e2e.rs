@@ -601,8 +601,10 @@ fn probes_and_kubelet_events_through_a_real_apiserver() {
             .as_ref()
             .and_then(|l| l.terminated.as_ref())
             .unwrap_or_else(|| panic!("no lastState.terminated: {cs:?}"));
-        // SIGTERM from the kill: 128 + 15, as the kubelet reports a signalled container.
-        assert_eq!(last.exit_code, 143, "{last:?}");
+        // The command is PID 1 of its PID namespace, as in any container, and has no SIGTERM
+        // handler: SIGTERM does nothing, SIGKILL comes after the grace period, 128 + 9, as the
+        // kubelet reports it.
+        assert_eq!(last.exit_code, 137, "{last:?}");
         assert!(cs.state.as_ref().unwrap().running.is_some(), "{cs:?}");
     });
     assert_eq!(

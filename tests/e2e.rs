@@ -753,6 +753,127 @@ spec:
     assert!(m.read("/srv/rohost/new").is_none());
 }
 
+/// hostPaths are the host's, whatever the pod unit keeps private (its /tmp and /var/tmp), and
+/// fsGroup owns the pod's own volumes with the kubelet's permissions (issue 27).
+#[test]
+fn hostpaths_are_the_hosts_and_fsgroup_owns_the_pods_volumes() {
+    let m = Machine::boot("hostfs");
+    let manifest = r#"apiVersion: v1
+kind: ConfigMap
+metadata: {name: fscfg}
+data: {k: v}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: fssec}
+stringData: {s: hidden}
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: fsg
+spec:
+  restartPolicy: Never
+  securityContext: {runAsUser: 1000, fsGroup: 2000, fsGroupChangePolicy: OnRootMismatch}
+  volumes:
+  - {name: demo, emptyDir: {}}
+  - {name: cfg, configMap: {name: fscfg}}
+  - {name: sec, secret: {secretName: fssec}}
+  - name: dapi
+    downwardAPI: {items: [{path: name, fieldRef: {fieldPath: metadata.name}}]}
+  - name: proj
+    projected: {sources: [{configMap: {name: fscfg}}]}
+  - {name: vt, hostPath: {path: /var/tmp/x, type: DirectoryOrCreate}}
+  - {name: t, hostPath: {path: /tmp/y/z, type: DirectoryOrCreate}}
+  - {name: f, hostPath: {path: /var/tmp/f.txt, type: FileOrCreate}}
+  - {name: old, hostPath: {path: /tmp/old}}
+  containers:
+  - name: user
+    image: host
+    command:
+    - /bin/sh
+    - -c
+    - |
+      touch /data/demo/new
+      mkdir /data/demo/sub
+      stat -L -c '%n %a %g' /data/demo /data/demo/new /data/demo/sub /cfg/k /cfg/..data /sec/s /dapi/name /proj/k > /srv/probe/fsg-stat
+      grep '^Groups:' /proc/self/status > /srv/probe/fsg-groups
+    volumeMounts:
+    - {name: demo, mountPath: /data/demo}
+    - {name: cfg, mountPath: /cfg}
+    - {name: sec, mountPath: /sec}
+    - {name: dapi, mountPath: /dapi}
+    - {name: proj, mountPath: /proj}
+  - name: root
+    image: host
+    securityContext: {runAsUser: 0}
+    command:
+    - /bin/sh
+    - -c
+    - |
+      echo to-var-tmp > /out/file && echo to-tmp > /outy/file && echo to-file > /outf && cat /old/before > /srv/probe/fsg-old
+      stat -c '%a %u %g' /out /outy /outf > /srv/probe/fsg-hostpaths
+    volumeMounts:
+    - {name: vt, mountPath: /out}
+    - {name: t, mountPath: /outy}
+    - {name: f, mountPath: /outf}
+    - {name: old, mountPath: /old}
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: nodir
+spec:
+  volumes:
+  - {name: v, hostPath: {path: /var/tmp/missing, type: Directory}}
+  containers:
+  - name: main
+    image: host
+    command: [/bin/true]
+    volumeMounts: [{name: v, mountPath: /v}]
+"#;
+    m.sh_ok("mkdir -p /tmp/old && echo from-host > /tmp/old/before");
+    m.write("/etc/pods.d/fsg.yaml", manifest.as_bytes());
+    start_pods(&m);
+    let ran = |file: &str| m.wait_for(file, SOON, || m.read_string(&format!("/srv/probe/{file}")));
+    // Seen from the machine itself: the host's /var/tmp and /tmp, not the pod's private ones.
+    assert_eq!(ran("fsg-hostpaths"), "755 0 0\n755 0 0\n644 0 0\n");
+    assert_eq!(ran("fsg-old"), "from-host\n");
+    assert_eq!(
+        m.sh_ok("cat /var/tmp/x/file /tmp/y/z/file /var/tmp/f.txt"),
+        "to-var-tmp\nto-tmp\nto-file\n"
+    );
+    assert_eq!(
+        m.sh_ok("stat -c '%a %u %g' /var/tmp/x /tmp/y /tmp/y/z /var/tmp/f.txt"),
+        "755 0 0\n755 0 0\n755 0 0\n644 0 0\n"
+    );
+    // fsGroup: the emptyDir is group 2000 with setgid, so what the container makes is group 2000;
+    // the read-only volumes' files are group-readable, their directories setgid.
+    assert_eq!(
+        ran("fsg-stat"),
+        "/data/demo 2777 2000\n/data/demo/new 644 2000\n/data/demo/sub 2755 2000\n\
+         /cfg/k 644 2000\n/cfg/..data 2755 2000\n/sec/s 440 2000\n/dapi/name 644 2000\n\
+         /proj/k 644 2000\n"
+    );
+    let groups = ran("fsg-groups");
+    assert!(
+        groups.split_whitespace().any(|g| g == "2000"),
+        "fsGroup in the supplementary groups: {groups}"
+    );
+
+    // A hostPath that must be a directory and is not there: the pod never starts, and says why.
+    wait_state(&m, &pod_unit(NS, "nodir"), &["failed"]);
+    let status = m.sh_ok("podunit status");
+    assert!(
+        status
+            .lines()
+            .any(|l| l
+                == r#"default/nodir: hostPath "/var/tmp/missing" is not an existing directory"#),
+        "{status}"
+    );
+    assert!(m.read("/var/tmp/missing").is_none());
+}
+
 #[test]
 fn subpath_mounts_only_the_sub_directory_or_file() {
     let m = Machine::boot("subpath");

@@ -17,7 +17,7 @@ use podunit::image::Store;
 use podunit::image::registry::Client;
 use std::path::PathBuf;
 use support::nspawn::Machine;
-use support::pods::{SOON, ctr_unit, start_pods, start_sync, wait_state};
+use support::pods::{SOON, container_pid, ctr_unit, start_pods, start_sync, wait_state};
 use support::registry::{self, host_arch};
 use support::status::status_row;
 
@@ -356,9 +356,23 @@ fn corpus_pods_run_unchanged_in_their_pulled_images() {
     );
     assert!(hosts.contains("\tnginx\n"), "{hosts}");
     assert!(in_root(&m, &nginx, "/usr/share/nginx/html/index.html").contains("Welcome"));
-    let pid = m.prop(&nginx, "MainPID");
+    let pid = container_pid(&m, &nginx);
     let cmdline = m.sh_ok(&format!("tr '\\0' ' ' < /proc/{pid}/cmdline"));
     assert_eq!(cmdline.trim(), "httpd -f -v -p 80 -h /usr/share/nginx/html");
+    // A PID namespace of its own, its command PID 1 of it, in an image's root too; what was bound
+    // into the root to start it (podunit, the host's loader and C library) is gone from its view.
+    assert_eq!(
+        m.sh_ok(&format!(
+            "cat /proc/{pid}/root/proc/1/comm; ls /proc/{pid}/root/proc | grep -c '^[0-9]'"
+        )),
+        "httpd\n1\n"
+    );
+    assert_eq!(
+        m.sh_ok(&format!(
+            "r=/proc/{pid}/root; [ -s $r/usr/bin/podunit ] || echo no podunit; [ -e $r/lib/x86_64-linux-gnu/libc.so.6 ] || [ -e $r/usr/lib64/libc.so.6 ] || echo no libc"
+        )),
+        "no podunit\nno libc\n"
+    );
     let environ = m.sh_ok(&format!("tr '\\0' '\\n' < /proc/{pid}/environ"));
     assert!(environ.contains("NGINX_VERSION=1.14.2\n"), "{environ}");
     assert!(environ.contains("HOSTNAME=nginx\n"), "{environ}");
@@ -505,7 +519,7 @@ fn a_dropped_manifest_gets_its_image_pulled_by_podunit_sync_and_runs() {
         (m.prop(&nginx, "ActiveState") == "active").then_some(())
     });
     assert!(http_get(&m, 80, "/").contains("Welcome to nginx!"));
-    let pid = m.prop(&nginx, "MainPID");
+    let pid = container_pid(&m, &nginx);
     let cmdline = m.sh_ok(&format!("tr '\\0' ' ' < /proc/{pid}/cmdline"));
     assert_eq!(
         cmdline.trim(),

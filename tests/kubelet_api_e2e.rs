@@ -27,7 +27,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use support::controlplane::{ControlPlane, NODE_KUBECONFIG};
 use support::nspawn::Machine;
-use support::pods::{SOON, ctr_unit, wait_state};
+use support::pods::{SOON, container_pid, ctr_unit, wait_state};
 
 const NODE: &str = "kubelet-node";
 const PORT: u16 = 10250;
@@ -440,8 +440,8 @@ fn exec_locally_and_through_a_real_apiserver() {
     );
     assert_eq!(out.status.code(), Some(3));
     let main_mnt = m.sh_ok(&format!(
-        "readlink /proc/$(systemctl show -P MainPID {})/ns/mnt",
-        ctr_unit("default", "shell", "main")
+        "readlink /proc/{}/ns/mnt",
+        container_pid(&m, &ctr_unit("default", "shell", "main"))
     ));
     let exec_mnt = m.sh_ok("podunit exec shell -- readlink /proc/self/ns/mnt");
     assert_eq!(exec_mnt, main_mnt, "the container's mount namespace");

@@ -12,9 +12,7 @@
 //!
 //! A `mapped` row also names the real-systemd (or real API server) tests that show the mapping,
 //! at the end of its third cell: `[e2e: SUITE::TEST, SUITE::TEST]`, each a `#[test] fn TEST(` in
-//! `tests/SUITE.rs`. A row without one fails, unless it is in [`UNTESTED`] (the rows no such test
-//! shows yet, kept here so that the list is short and seen); so does a name that leads nowhere,
-//! apart from the tests being written ([`PENDING_FIELDS_E2E`], [`PENDING_SANDBOX`]).
+//! `tests/SUITE.rs`. A row without one fails, and so does a name that leads nowhere.
 
 use k8s_openapi::api::core::v1 as core;
 use serde::de::{self, DeserializeOwned, Deserializer, Visitor};
@@ -36,44 +34,6 @@ const SUITES: &[&str] = &[
     "kubelet_api_e2e",
     "packaging_e2e",
     "fields_e2e",
-];
-
-/// Mapped rows that no real-systemd test shows yet. A row here must not name a test (then it
-/// leaves this list).
-const UNTESTED: &[(&str, &str)] = &[
-    ("PodSpec", "affinity"),
-    ("PodSpec", "hostNetwork"),
-    ("PodSpec", "serviceAccount"),
-    ("Probe", "successThreshold"),
-    ("Probe", "terminationGracePeriodSeconds"),
-    ("ConfigMapVolumeSource", "items"),
-    ("DownwardAPIVolumeSource", "defaultMode"),
-    ("DownwardAPIVolumeFile", "mode"),
-    ("DownwardAPIVolumeFile", "resourceFieldRef"),
-    ("ProjectedVolumeSource", "defaultMode"),
-    ("VolumeProjection", "configMap"),
-    ("VolumeProjection", "downwardAPI"),
-    ("VolumeProjection", "secret"),
-];
-
-/// The tests of `tests/fields_e2e.rs`, being written: accepted by name only while that file
-/// does not exist; once it does, each must be there.
-const PENDING_FIELDS_E2E: &[&str] = &[
-    "resources_reach_the_cgroup",
-    "env_from_the_downward_api_and_optional_sources",
-    "volumes_in_memory_and_downward_files",
-    "added_capabilities_for_a_non_root_user",
-    "stop_signal_and_probe_timing",
-];
-
-/// Rows whose sandbox_e2e test is being written under a name not known yet: they may say
-/// `sandbox_e2e::PENDING`, no other row may.
-const PENDING_SANDBOX: &[(&str, &str)] = &[
-    ("PodSpec", "hostPID"),
-    ("PodSecurityContext", "fsGroup"),
-    ("SecurityContext", "runAsUser"),
-    ("HostPathVolumeSource", "path"),
-    ("HostPathVolumeSource", "type"),
 ];
 
 /// Whether `tests/SUITE.rs` has `#[test] fn NAME(`; None when there is no such file.
@@ -117,9 +77,8 @@ fn reference_problems(
     how: &str,
     has_test: &dyn Fn(&str, &str) -> Option<bool>,
 ) -> Vec<String> {
-    let untested = UNTESTED.contains(&(name, field));
     let refs = match references(how) {
-        None if verdict == "mapped" && !untested => {
+        None if verdict == "mapped" => {
             return vec![format!(
                 "{name}.{field}: mapped, but names no test that shows it ([e2e: SUITE::TEST])"
             )];
@@ -132,11 +91,6 @@ fn reference_problems(
     if verdict != "mapped" {
         out.push(format!("{name}.{field}: {verdict}, but names tests"));
     }
-    if untested {
-        out.push(format!(
-            "{name}.{field}: names tests, so it is no longer untested (take it off UNTESTED)"
-        ));
-    }
     for (suite, test) in refs {
         let what = format!("{name}.{field}: {suite}::{test}");
         if !SUITES.contains(&suite.as_str()) {
@@ -145,10 +99,6 @@ fn reference_problems(
         }
         match has_test(&suite, &test) {
             Some(true) => {}
-            None if suite == "fields_e2e" && PENDING_FIELDS_E2E.contains(&test.as_str()) => {}
-            _ if suite == "sandbox_e2e"
-                && test == "PENDING"
-                && PENDING_SANDBOX.contains(&(name, field)) => {}
             Some(false) => out.push(format!("{what}: no #[test] fn {test}( in tests/{suite}.rs")),
             None => out.push(format!("{what}: there is no tests/{suite}.rs")),
         }
@@ -437,53 +387,16 @@ fn the_check_catches_mistakes() {
         problems(&a_how("[e2e: e2e::shows_a] A="), s),
         vec!["Thing.a: `[e2e: e2e::shows_a] A=` does not end the row"]
     );
-    // fields_e2e's tests being written: only the listed names, only while the file is missing.
-    assert_eq!(
-        problems(
-            &a_how("A= [e2e: fields_e2e::resources_reach_the_cgroup]"),
-            s
-        ),
-        Vec::<String>::new()
-    );
-    assert_eq!(
-        problems(&a_how("A= [e2e: fields_e2e::anything]"), s),
-        vec!["Thing.a: fields_e2e::anything: there is no tests/fields_e2e.rs"]
-    );
-    let merged = |suite: &str, _: &str| Some(suite == "e2e");
-    assert_eq!(
-        problems_with(
-            &a_how("A= [e2e: fields_e2e::resources_reach_the_cgroup]"),
-            s,
-            &merged
-        ),
-        vec![
-            "Thing.a: fields_e2e::resources_reach_the_cgroup: no #[test] fn resources_reach_the_cgroup( in tests/fields_e2e.rs"
-        ]
-    );
-    // sandbox_e2e::PENDING: only for the rows listed.
-    assert_eq!(
-        problems(&a_how("A= [e2e: sandbox_e2e::PENDING]"), s),
-        vec!["Thing.a: sandbox_e2e::PENDING: no #[test] fn PENDING( in tests/sandbox_e2e.rs"]
-    );
-    let host_pid: &[(&str, &[&str])] = &[("PodSpec", &["hostPID"])];
-    let pending = "### PodSpec\n| `hostPID` | mapped | x [e2e: sandbox_e2e::PENDING] |\n";
-    assert_eq!(problems(pending, host_pid), Vec::<String>::new());
-    // Tests named by a row that is not mapped, or by one listed as untested.
+    // Tests named by a row that is not mapped.
     assert_eq!(
         problems(&good.replace("| why |", "| why [e2e: e2e::shows_a] |"), s),
         vec!["Thing.b: ignored, but names tests"]
     );
+    // A mapped row without a test fails, whatever the field.
     let affinity: &[(&str, &[&str])] = &[("PodSpec", &["affinity"])];
     assert_eq!(
         problems("### PodSpec\n| `affinity` | mapped | x |\n", affinity),
-        Vec::<String>::new()
-    );
-    assert_eq!(
-        problems(
-            "### PodSpec\n| `affinity` | mapped | x [e2e: e2e::shows_a] |\n",
-            affinity
-        ),
-        vec!["PodSpec.affinity: names tests, so it is no longer untested (take it off UNTESTED)"]
+        vec!["PodSpec.affinity: mapped, but names no test that shows it ([e2e: SUITE::TEST])"]
     );
 }
 

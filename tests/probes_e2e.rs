@@ -7,7 +7,7 @@
 mod support;
 
 use support::nspawn::Machine;
-use support::pods::{SOON, ctr_unit, start_sync, wait_state};
+use support::pods::{SOON, container_pid, ctr_unit, start_sync, wait_state};
 
 const NS: &str = "default";
 
@@ -177,7 +177,7 @@ fn readiness_liveness_exec_http_and_tcp_probes() {
 
     // The exec probe ran as the container's user, in the container's mount namespace, with the
     // container's environment.
-    let side_pid = m.prop(&side, "MainPID");
+    let side_pid = container_pid(&m, &side);
     m.wait_for("the exec probe to have run", SOON, || {
         m.read_string("/srv/pe/exec-mnt").filter(|s| !s.is_empty())
     });
@@ -303,7 +303,7 @@ fn exec_probe_enters_a_root_container_with_its_capabilities() {
             })
             .then_some(())
     });
-    let pid = m.prop(&main, "MainPID");
+    let pid = container_pid(&m, &main);
     let caps = |status: &str| -> Vec<String> {
         status
             .lines()

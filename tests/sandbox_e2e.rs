@@ -222,3 +222,153 @@ spec:
         String::from_utf8_lossy(&left.stdout)
     );
 }
+
+/// The processes a container sees (issue 27): its own only, in a PID namespace of its own where
+/// its command is PID 1, whatever its user and group (procfs's `hidepid` let group 0 see every
+/// host process); its pod's with `shareProcessNamespace`; the host's with `hostPID`. And what the
+/// namespace must not change: exit codes, signals, `podunit exec`.
+#[test]
+fn a_container_sees_only_its_own_processes_or_its_pods() {
+    let m = Machine::boot("pidns");
+    // Lists the command names /proc shows, sorted, and the shell's own PID.
+    let list = |file: &str| {
+        format!(
+            "for p in /proc/[0-9]*; do cat $p/comm; done > /srv/probe/{file}.tmp; sort -u /srv/probe/{file}.tmp > /srv/probe/{file}; echo $$$$ > /srv/probe/{file}-self"
+        )
+    };
+    let manifest = format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: own
+spec:
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: user
+    image: host
+    securityContext: {{runAsUser: 1000}}
+    command: [/bin/sh, -c, "{user}; exec sleep infinity"]
+  - name: root
+    image: host
+    securityContext:
+      seccompProfile: {{type: RuntimeDefault}}
+      capabilities: {{add: [SYS_ADMIN]}}
+    command: [/bin/sh, -c, "{root}; if mount -t tmpfs x /mnt 2>/dev/null; then echo mounted; else echo refused; fi > /srv/probe/pid-mount; exec sleep infinity"]
+  - name: stop
+    image: host
+    command: [/bin/sh, -c, "trap 'echo usr1 > /srv/probe/pid-stop; exit 7' USR1; while :; do sleep 1; done"]
+    lifecycle: {{stopSignal: SIGUSR1}}
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: shared
+spec:
+  shareProcessNamespace: true
+  containers:
+  - name: a
+    image: host
+    command: [tail, -f, /dev/null]
+  - name: b
+    image: host
+    securityContext: {{runAsUser: 1000}}
+    command: [/bin/sh, -c, "until grep -qsx tail /proc/[0-9]*/comm; do sleep 0.2; done; {shared}; exec sleep infinity"]
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: host
+spec:
+  hostPID: true
+  containers:
+  - name: main
+    image: host
+    securityContext: {{runAsUser: 1000}}
+    command: [/bin/sh, -c, "{host}; exec sleep infinity"]
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: done
+spec:
+  restartPolicy: Never
+  containers:
+  - name: main
+    image: host
+    command: [/bin/sh, -c, "exit 3"]
+"#,
+        user = list("pid-user"),
+        root = list("pid-root"),
+        shared = list("pid-shared"),
+        host = list("pid-host"),
+    );
+    m.sh_ok("mkdir -p /srv/probe && chmod 1777 /srv/probe");
+    m.write("/etc/pods.d/pids.yaml", manifest.as_bytes());
+    start_pods(&m);
+    let ran = |file: &str| {
+        m.wait_for(file, support::pods::SOON, || {
+            m.read_string(&format!("/srv/probe/{file}-self"))?;
+            m.read_string(&format!("/srv/probe/{file}"))
+        })
+    };
+    // Only itself, as PID 1: uid 1000 in group 0, and root.
+    for who in ["pid-user", "pid-root"] {
+        assert_eq!(ran(who), "sh\n", "{who}");
+        assert_eq!(
+            m.read_string(&format!("/srv/probe/{who}-self")).unwrap(),
+            "1\n"
+        );
+    }
+    // Its pod's: the pause process as PID 1, its sibling, itself.
+    assert_eq!(ran("pid-shared"), "pause\nsh\ntail\n");
+    assert_ne!(m.read_string("/srv/probe/pid-shared-self").unwrap(), "1\n");
+    // Stopping the pod ends its PID namespace: no pause process, nothing bound.
+    m.sh_ok(&format!("systemctl stop {}", pod_unit(NS, "shared")));
+    assert_eq!(
+        m.sh_ok("grep -lx pause /proc/[0-9]*/comm; ls -A /run/podunit-pidns; true"),
+        ""
+    );
+    // The host's.
+    let host = ran("pid-host");
+    assert!(host.lines().any(|c| c == "systemd"), "{host}");
+    assert_ne!(m.read_string("/srv/probe/pid-host-self").unwrap(), "1\n");
+    // RuntimeDefault still refuses mounts (CAP_SYS_ADMIN or not), though the container's /proc
+    // was mounted for it.
+    assert_eq!(
+        m.wait_for("pid-mount", support::pods::SOON, || m
+            .read_string("/srv/probe/pid-mount")),
+        "refused\n"
+    );
+
+    // `podunit exec` enters the container's PID namespace (its parent is outside: 0), as its user.
+    assert_eq!(
+        m.sh_ok("podunit exec own -c user -- sh -c 'cat /proc/1/comm; id -u; read -r a b c ppid rest < /proc/self/stat; echo $ppid'"),
+        "sleep\n1000\n0\n"
+    );
+
+    // Exit codes as they were.
+    wait_state(&m, &ctr_unit(NS, "done", "main"), &["failed"]);
+    assert_eq!(m.prop(&ctr_unit(NS, "done", "main"), "ExecMainStatus"), "3");
+    // The stop signal reaches the command, which handles it.
+    let stop = ctr_unit(NS, "own", "stop");
+    wait_state(&m, &stop, &["active"]);
+    m.sh_ok(&format!("systemctl stop {stop}"));
+    assert_eq!(
+        m.read_string("/srv/probe/pid-stop").as_deref(),
+        Some("usr1\n")
+    );
+    assert_eq!(m.prop(&stop, "ExecMainStatus"), "7");
+    // SIGTERM to a PID 1 without a handler does nothing, as in any container: SIGKILL after the
+    // grace period.
+    let user = ctr_unit(NS, "own", "user");
+    m.sh_ok(&format!("systemctl stop {user}"));
+    assert_eq!(
+        (
+            m.prop(&user, "ExecMainCode"),
+            m.prop(&user, "ExecMainStatus"),
+            m.prop(&user, "Result")
+        ),
+        ("2".into(), "9".into(), "timeout".into()),
+        "killed (CLD_KILLED) by SIGKILL after the grace period"
+    );
+}

@@ -57,6 +57,12 @@ pub enum Command {
     /// container's unit before it starts).
     #[command(hide = true)]
     Subpath(prepare::SubpathArgs),
+    /// Start a container's command in a PID namespace of its own (run by the container's unit).
+    #[command(hide = true)]
+    PidInit(crate::pidinit::Args),
+    /// Hold a pod's PID namespace (started by `pod-prepare`).
+    #[command(hide = true)]
+    PodPause,
     /// Remove a pod's runtime files (run by the pod's unit).
     #[command(hide = true)]
     PodCleanup(prepare::Args),
@@ -110,6 +116,8 @@ pub fn main() -> ExitCode {
         Command::PodRefresh(a) => prepare::refresh(a),
         Command::PodCleanup(a) => prepare::cleanup(a),
         Command::Subpath(a) => prepare::subpath(a),
+        Command::PidInit(a) => crate::pidinit::run(a),
+        Command::PodPause => crate::pidinit::pause(),
         Command::Status(a) => status::run(a),
         Command::ProbeExec(a) => probe::run(a),
         Command::Hook(a) => hook::run(a),

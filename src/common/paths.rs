@@ -51,6 +51,10 @@ impl Paths {
     pub const STATE: &'static str = "/var/lib/podunit/pods";
     /// Per-pod runtime state on tmpfs (secret/configMap volume files, env files).
     pub const RUNTIME: &'static str = "/run/podunit/pods";
+    /// `<uid>`: the PID namespace of a pod with `shareProcessNamespace` (a bind mount of it),
+    /// outside the root-only `/run/podunit`: containers open it as their own users (joining it
+    /// takes `CAP_SYS_ADMIN`, which only `pid-init` has).
+    pub const PID_NAMESPACES: &'static str = "/run/podunit-pidns";
     /// Service account tokens podunit-sync requested, by pod UID: kept apart from the pod's
     /// runtime directory, which `pod-cleanup` empties whenever the pod stops.
     pub const TOKENS: &'static str = "/run/podunit/tokens";

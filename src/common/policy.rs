@@ -13,7 +13,7 @@
 //! | `allowedCapabilities` | `[]` | capabilities a container may add (`NET_BIND_SERVICE`, or `ALL` for any) |
 //! | `hostNetwork` | `true` | `hostNetwork: true` (with `false`, pods must run in a private network) |
 //! | `hostIPC` | `false` | `hostIPC: true`: the host's IPC namespace instead of the pod's |
-//! | `hostPID` | `false` | `hostPID: true`: every host process in sight (`ProtectProc=` off) |
+//! | `hostPID` | `false` | `hostPID: true`: the host's PID namespace, every host process in sight |
 //! | `registries` | any | registries images may be pulled from (`[docker.io, registry.k8s.io]`) |
 //! | `local` | `trust` | `enforce`: also apply the policy to /etc/pods.d and /run/pods.d pods (root wrote them: trusted by default) |
 //!

@@ -232,10 +232,11 @@ fn check_not_honoured(
             "ignored: user namespaces are not supported; IDs are the host's",
         );
     }
-    if spec.share_process_namespace == Some(true) {
-        c.warn(
+    if spec.share_process_namespace == Some(true) && spec.host_pid == Some(true) {
+        // The API server's own validation.
+        c.err(
             &sp.field("shareProcessNamespace"),
-            "not honoured: there is no pod PID namespace; a container sees the host's processes of its own user, so its siblings' only when they run as the same user, and none is PID 1",
+            "ShareProcessNamespace and HostPID cannot both be enabled",
         );
     }
     if spec.active_deadline_seconds.is_some() {
@@ -312,7 +313,10 @@ fn check_not_honoured(
                     c.warn(&sp.field("windowsOptions"), WINDOWS_ONLY);
                 }
                 if sc.proc_mount.as_deref() == Some("Unmasked") {
-                    c.warn(&sp.field("procMount"), "ignored: /proc is the host's");
+                    c.warn(
+                        &sp.field("procMount"),
+                        "ignored: /proc is masked as for Default",
+                    );
                 }
             }
             for (field, map) in [
@@ -776,12 +780,12 @@ mod tests {
     #[test]
     fn namespaces_and_windows_options_are_never_passed_over_in_silence() {
         let warned = problems(
-            "  shareProcessNamespace: true\n  securityContext:\n    windowsOptions: {runAsUserName: x}\n  containers:\n  - name: c\n    image: host\n    securityContext:\n      windowsOptions: {hostProcess: false}\n",
+            "  shareProcessNamespace: true\n  hostPID: true\n  securityContext:\n    windowsOptions: {runAsUserName: x}\n  containers:\n  - name: c\n    image: host\n    securityContext:\n      windowsOptions: {hostProcess: false}\n",
         );
         assert_eq!(warned.len(), 3, "{warned:?}");
-        assert!(
-            warned[0].starts_with("t.yaml: default/p: spec.shareProcessNamespace: warning: not honoured: there is no pod PID namespace"),
-            "{warned:?}"
+        assert_eq!(
+            warned[0],
+            "t.yaml: default/p: spec.shareProcessNamespace: ShareProcessNamespace and HostPID cannot both be enabled",
         );
         assert_eq!(
             warned[1..],

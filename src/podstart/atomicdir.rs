@@ -43,9 +43,9 @@ pub fn valid_path(rel: &str) -> bool {
             .all(|c| !c.is_empty() && c != "." && c != "..")
 }
 
-/// Makes `dir` hold exactly `payload`, owned by `owner` (uid, gid). Returns whether anything changed
-/// (an identical payload writes nothing).
-pub fn write(dir: &Path, payload: &Payload, owner: (u32, u32)) -> io::Result<bool> {
+/// Makes `dir` hold exactly `payload`, owned by `owner` (uid, gid), its directories with
+/// `dir_mode`. Returns whether anything changed (an identical payload writes nothing).
+pub fn write(dir: &Path, payload: &Payload, owner: (u32, u32), dir_mode: u32) -> io::Result<bool> {
     if let Some(bad) = payload.keys().find(|p| !valid_path(p)) {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -55,7 +55,7 @@ pub fn write(dir: &Path, payload: &Payload, owner: (u32, u32)) -> io::Result<boo
     if let Some(parent) = dir.parent() {
         fs::create_dir_all(parent)?;
     }
-    mkdir(dir, 0o755, owner)?;
+    mkdir(dir, dir_mode, owner)?;
     let lock = fs::File::open(dir)?;
     lock.lock()?;
     if current(dir, owner).as_ref() == Some(payload) {
@@ -63,11 +63,11 @@ pub fn write(dir: &Path, payload: &Payload, owner: (u32, u32)) -> io::Result<boo
     }
     let version = version_name();
     let vdir = dir.join(&version);
-    mkdir(&vdir, 0o755, owner)?;
+    mkdir(&vdir, dir_mode, owner)?;
     for (rel, f) in payload {
         let path = vdir.join(rel);
         if let Some(parent) = path.parent() {
-            mkdirs(&vdir, parent, owner)?;
+            mkdirs(&vdir, parent, owner, dir_mode)?;
         }
         let mut out = fs::OpenOptions::new()
             .write(true)
@@ -164,14 +164,14 @@ fn mkdir(path: &Path, mode: u32, owner: (u32, u32)) -> io::Result<()> {
 }
 
 /// Creates the directories between `base` (exists) and `path`.
-fn mkdirs(base: &Path, path: &Path, owner: (u32, u32)) -> io::Result<()> {
+fn mkdirs(base: &Path, path: &Path, owner: (u32, u32), mode: u32) -> io::Result<()> {
     if path == base || path.is_dir() {
         return Ok(());
     }
     if let Some(parent) = path.parent() {
-        mkdirs(base, parent, owner)?;
+        mkdirs(base, parent, owner, mode)?;
     }
-    mkdir(path, 0o755, owner)
+    mkdir(path, mode, owner)
 }
 
 /// `..<UTC date and time>.<nanoseconds><pid>`: unique, and sorts by age as the kubelet's do.
@@ -229,7 +229,7 @@ mod tests {
             ("sub/b", "two", 0o600),
             ("gone", "x", 0o644),
         ]);
-        assert!(write(&dir, &v1, owner).unwrap());
+        assert!(write(&dir, &v1, owner, 0o755).unwrap());
         assert_eq!(fs::read_to_string(dir.join("a")).unwrap(), "one");
         assert_eq!(fs::read_to_string(dir.join("sub/b")).unwrap(), "two");
         assert_eq!(
@@ -239,13 +239,16 @@ mod tests {
         assert_eq!(fs::read_link(dir.join("a")).unwrap(), Path::new("..data/a"));
         let first = fs::read_link(dir.join(DATA)).unwrap();
         assert_eq!(current(&dir, owner), Some(v1.clone()));
-        assert!(!write(&dir, &v1, owner).unwrap(), "same payload: no write");
+        assert!(
+            !write(&dir, &v1, owner, 0o755).unwrap(),
+            "same payload: no write"
+        );
         assert_eq!(fs::read_link(dir.join(DATA)).unwrap(), first);
 
         // An open file of the old version stays whole; the new version replaces everything at once.
         let old = fs::File::open(dir.join("a")).unwrap();
         let v2 = payload(&[("a", "uno", 0o644), ("sub/b", "dos", 0o600)]);
-        assert!(write(&dir, &v2, owner).unwrap());
+        assert!(write(&dir, &v2, owner, 0o755).unwrap());
         assert_eq!(io::read_to_string(old).unwrap(), "one");
         assert_eq!(fs::read_to_string(dir.join("a")).unwrap(), "uno");
         assert_eq!(fs::read_to_string(dir.join("sub/b")).unwrap(), "dos");
@@ -278,12 +281,12 @@ mod tests {
         fs::write(dir.join("nested/x"), "plain").unwrap();
         let owner = me();
         let v = payload(&[("a", "new", 0o644), ("nested/x", "new", 0o644)]);
-        assert!(write(&dir, &v, owner).unwrap());
+        assert!(write(&dir, &v, owner, 0o755).unwrap());
         assert_eq!(fs::read_to_string(dir.join("nested/x")).unwrap(), "new");
         assert_eq!(current(&dir, owner), Some(v));
         for bad in ["../x", "/etc/passwd", "..data", "a/../b", "a//b", ""] {
             assert!(!valid_path(bad), "{bad}");
-            assert!(write(&dir, &payload(&[(bad, "x", 0o644)]), owner).is_err());
+            assert!(write(&dir, &payload(&[(bad, "x", 0o644)]), owner, 0o755).is_err());
         }
         fs::remove_dir_all(&root).unwrap();
     }

@@ -122,6 +122,11 @@ pub fn prepare(
     node_ip: &str,
 ) -> Result<(), PrepareError> {
     check_dirs(plan)?;
+    if paths.root == Path::new("/") {
+        // The pod unit's own namespace has a private /tmp and /var/tmp, but a hostPath is always
+        // the host's (the kubelet's view), and containers' binds look for their sources there.
+        crate::podstart::root::enter_manager_namespace().map_err(PrepareError::Root)?;
+    }
     let state = paths.host(&plan.state_dir);
     let runtime = paths.host(&plan.runtime_dir);
     mkdir(&state, 0o700)?;
@@ -140,8 +145,18 @@ pub fn prepare(
     if let Some(etc) = &plan.etc {
         write_etc_files(plan, paths, etc, node_ip)?;
     }
-    // Last: it moves this process into the service manager's mount namespace.
-    crate::podstart::root::mount_all(plan, paths).map_err(PrepareError::Root)
+    // It moves this process into the service manager's mount namespace.
+    crate::podstart::root::mount_all(plan, paths).map_err(PrepareError::Root)?;
+    if plan.share_process_namespace {
+        // Last: this process's children from now on are in the pod's PID namespace.
+        crate::pidinit::start_pod_namespace(&paths.host(&plan.pid_namespace())).map_err(
+            |message| PrepareError::Io {
+                path: paths.host(&plan.pid_namespace()),
+                error: io::Error::other(message),
+            },
+        )?;
+    }
+    Ok(())
 }
 
 /// The pod's name files, world-readable as in any container (the runtime directory above them is
@@ -252,6 +267,13 @@ fn write_record(
 /// deleted, as the kubelet keeps emptyDir across container restarts and reboots.
 pub fn cleanup(plan: &PodPlan, paths: &Paths) -> Result<(), PrepareError> {
     check_dirs(plan)?;
+    if plan.share_process_namespace {
+        // Bound in the service manager's mount namespace, and unbound there.
+        if paths.root == Path::new("/") {
+            crate::podstart::root::enter_manager_namespace().map_err(PrepareError::Root)?;
+        }
+        crate::pidinit::release_pod_namespace(&paths.host(&plan.pid_namespace()));
+    }
     crate::podstart::root::release_all(plan, paths);
     let runtime = paths.host(&plan.runtime_dir);
     match fs::remove_dir_all(&runtime) {
@@ -303,8 +325,19 @@ fn prepare_volume(
     let dir = paths.host(&v.path);
     match &v.kind {
         VolumeKind::EmptyDir { .. } => {
+            // Set up once, as the kubelet does (its ready marker is the directory here): what
+            // containers did to it since stays.
+            if dir.is_dir() {
+                return Ok(());
+            }
             // The kubelet makes emptyDir world-writable so any container user can use it.
-            mkdir(&dir, 0o777)
+            mkdir(&dir, 0o777)?;
+            if let Some(g) = plan.fs_group {
+                std::os::unix::fs::chown(&dir, None, Some(g)).map_err(io_err(&dir))?;
+                fs::set_permissions(&dir, fs::Permissions::from_mode(0o777 | FS_GROUP_DIR))
+                    .map_err(io_err(&dir))?;
+            }
+            Ok(())
         }
         VolumeKind::HostPath { host_type } => check_host_path(&dir, &v.path, host_type),
         VolumeKind::Files { .. } => write_files(plan, paths, catalog, v).map(|_| ()),
@@ -334,8 +367,25 @@ fn write_files(
     for s in sources {
         collect_source(plan, paths, catalog, &mut payload, s, *mode)?;
     }
-    crate::podstart::atomicdir::write(&dir, &payload, (*uid, *gid)).map_err(io_err(&dir))
+    let mut dir_mode = 0o755;
+    if plan.fs_group.is_some() {
+        // These volumes are read-only to containers: the kubelet adds group read (and search,
+        // and setgid, to directories) for fsGroup.
+        for f in payload.values_mut() {
+            f.mode |= FS_GROUP_READ;
+        }
+        dir_mode |= FS_GROUP_READ | FS_GROUP_DIR;
+    }
+    crate::podstart::atomicdir::write(&dir, &payload, (*uid, *gid), dir_mode).map_err(io_err(&dir))
 }
+
+/// What the kubelet's `SetVolumeOwnership` (pkg/volume/volume_linux.go) adds to the mode of a
+/// volume's files for fsGroup: group read (`roMask`) on the read-only volumes (configMap, secret,
+/// downwardAPI, projected), and on directories group search and setgid too, so what is created
+/// in them gets the group. The emptyDir directory, read-write, gets group read-write
+/// (`rwMask`) as well, which its 0777 already has.
+const FS_GROUP_READ: u32 = 0o440;
+const FS_GROUP_DIR: u32 = 0o110 | 0o2000;
 
 /// Brings the files volumes of a running pod up to date with `catalog` (its ConfigMaps and Secrets
 /// now) and the issued service account tokens, as the kubelet does for mounted volumes of running

@@ -126,7 +126,7 @@ pub fn mount_all(plan: &PodPlan, paths: &Paths) -> Result<(), RootError> {
 }
 
 /// Joins PID 1's mount namespace unless this process is in it already.
-fn enter_manager_namespace() -> Result<(), RootError> {
+pub fn enter_manager_namespace() -> Result<(), RootError> {
     let ns = |p: &str| std::fs::read_link(p).map_err(io_err(Path::new(p)));
     if ns("/proc/self/ns/mnt")? == ns("/proc/1/ns/mnt")? {
         return Ok(());
@@ -269,6 +269,8 @@ mod tests {
             state_dir: format!("{}/u-1", Paths::STATE),
             runtime_dir: format!("{}/u-1", Paths::RUNTIME),
             volumes: vec![],
+            fs_group: None,
+            share_process_namespace: false,
             env_files: vec![],
             users: vec![],
             groups: vec![],

@@ -113,15 +113,43 @@ fn read(p: PathBuf) -> Result<String, Error> {
     fs::read_to_string(&p).map_err(|e| Error::Read(p, e))
 }
 
-/// The target of process `pid` as `/proc` shows it.
+/// The target of process `pid` (a container unit's main process) as `/proc` shows it: the
+/// container's first process, which is `pid`'s child when `pid` is `podunit pid-init`'s outer
+/// process (see [`crate::pidinit`]).
 pub fn inspect(pid: u32) -> Result<Target, Error> {
     if pid == 0 {
         return Err(Error::NotRunning);
     }
+    let pid = container_process(pid);
     let dir = PathBuf::from(format!("/proc/{pid}"));
     let status = read(dir.join("status"))?;
     let cgroup = read(dir.join("cgroup"))?;
     parse(pid, &status, &cgroup).map_err(|m| Error::Parse(dir, m))
+}
+
+/// `pid` itself, or, when it starts its children in another PID namespace than its own (pid-init),
+/// its child there.
+fn container_process(pid: u32) -> u32 {
+    let ns = |name: &str| ns_inode(Path::new(&format!("/proc/{pid}/ns/{name}")));
+    let own = ns("pid");
+    if own.is_none() || own == ns("pid_for_children") {
+        return pid;
+    }
+    let Ok(dir) = fs::read_dir("/proc") else {
+        return pid;
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .find(|p| {
+            fs::read_to_string(format!("/proc/{p}/stat"))
+                .is_ok_and(|stat| parent_of(&stat) == Some(pid))
+        })
+        .unwrap_or(pid)
+}
+
+/// The parent PID in a `/proc/PID/stat` line (after the command name, which may hold anything).
+fn parent_of(stat: &str) -> Option<u32> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// The environment of a service's processes from its `Environment` and `EnvironmentFiles`
@@ -265,6 +293,13 @@ mod tests {
                 .map(|(d, p)| (d.to_string(), p.to_string()))
         );
         assert!(parse(7, STATUS, "").is_err());
+    }
+
+    #[test]
+    fn the_parent_comes_after_any_command_name() {
+        assert_eq!(parent_of("42 (sleep) S 7 42 42 0"), Some(7));
+        assert_eq!(parent_of("42 (a) b) S 9 42"), Some(9));
+        assert_eq!(parent_of("garbage"), None);
     }
 
     #[test]

@@ -304,6 +304,9 @@ fn one(
     // Command line: command + args (after $(VAR) expansion) with the image's Entrypoint and Cmd.
     let command = c.command.as_deref().unwrap_or_default();
     let args = c.args.as_deref().unwrap_or_default();
+    // The command line and where to look for its program, for ExecStart= once the sandbox is
+    // known (pid-init runs it).
+    let mut exec: Option<(Vec<Arg>, Option<String>)> = None;
     match imagerun::command_line(command, args, image_config) {
         // Only a pulled image has an Entrypoint and a Cmd to run.
         Some(_) if stored.is_none() && !absent && command.is_empty() => {
@@ -317,10 +320,10 @@ fn one(
                     ArgSource::Image(s) => Arg::text(*s),
                 })
                 .collect();
-            svc.add("ExecStart", Value::Exec(argv));
             let program = match &line[0] {
                 ArgSource::Pod(s) | ArgSource::Image(s) => *s,
             };
+            let mut search = None;
             if stored.is_some() && !program.contains('/') {
                 // Found in the image, along the PATH the process gets, as a runtime finds it.
                 let path_var = cenv
@@ -337,10 +340,9 @@ fn one(
                             .map(|(_, v)| v)
                     })
                     .unwrap_or_else(|| imagerun::DEFAULT_PATH.to_string());
-                if let Some(p) = imagerun::search_path(&path_var) {
-                    svc.trusted("ExecSearchPath", p);
-                }
+                search = imagerun::search_path(&path_var);
             }
+            exec = Some((argv, search));
         }
         None if stored.is_some() => faults.push(Fault::new(
             format!("{path}.command"),
@@ -407,15 +409,23 @@ fn one(
     };
     // (A refused image user is reported once, not again as the host's root.)
     if !identity_ok {
-    } else if let Err(f) = security::apply(
-        svc,
-        spec.security_context.as_ref(),
-        c,
-        path,
-        image_user.as_ref(),
-        spec.host_pid == Some(true),
-    ) {
-        faults.push(f);
+    } else {
+        match security::apply(
+            svc,
+            spec.security_context.as_ref(),
+            c,
+            path,
+            image_user.as_ref(),
+            spec.host_pid == Some(true),
+        ) {
+            Ok(pid_init) => {
+                if let Some((argv, search)) = exec.take() {
+                    let own_root = svc.has("RootDirectory") || svc.has("RootImage");
+                    exec_start(svc, ctx, argv, search, pid_init.as_ref(), own_root);
+                }
+            }
+            Err(f) => faults.push(f),
+        }
     }
     // Resources.
     if let Err(f) =
@@ -551,6 +561,110 @@ fn one(
         image_user,
         warnings,
     })
+}
+
+/// The host's dynamic loader (the path every glibc binary of this architecture names) and the
+/// directories its C library is in, on Debian and on Fedora-like hosts.
+#[cfg(target_arch = "aarch64")]
+const HOST_LOADER: (&str, &[&str]) = (
+    "/lib/ld-linux-aarch64.so.1",
+    &["/lib/aarch64-linux-gnu", "/usr/lib64"],
+);
+#[cfg(not(target_arch = "aarch64"))]
+const HOST_LOADER: (&str, &[&str]) = (
+    "/lib64/ld-linux-x86-64.so.2",
+    &["/lib/x86_64-linux-gnu", "/usr/lib64"],
+);
+
+/// `ExecStart=`: the command itself with `hostPID: true`; otherwise `podunit pid-init` starting
+/// it in a PID namespace of its own (the pod's with `shareProcessNamespace: true`), with what it
+/// must take back of the sandbox (`security::PidInit`).
+fn exec_start(
+    svc: &mut crate::translate::unit::Section,
+    ctx: &PodContext<'_>,
+    argv: Vec<Arg>,
+    search: Option<String>,
+    pid_init: Option<&security::PidInit>,
+    own_root: bool,
+) {
+    let Some(p) = pid_init else {
+        svc.add("ExecStart", Value::Exec(argv));
+        if let Some(s) = search {
+            svc.trusted("ExecSearchPath", s);
+        }
+        return;
+    };
+    let bin = ctx.node.podunit_bin.as_str();
+    let mut line = Vec::new();
+    if own_root {
+        // podunit, the host's dynamic loader and the host's C library are not in an image's root:
+        // bound there at their own paths (library directories only where the host has them), and
+        // podunit started through the loader, which finds the libraries there and not by the
+        // image's /etc/ld.so.cache. pid-init unmounts them all before the command runs; an image
+        // without such a path keeps an empty one.
+        let (loader, libs) = HOST_LOADER;
+        let lib_path = libs.join(":");
+        line.extend(
+            [loader, "--inhibit-cache", "--library-path", &lib_path, bin]
+                .into_iter()
+                .map(Arg::text),
+        );
+        line.push(Arg::text("pid-init"));
+        for l in ["--loader", loader, "--library-path", &lib_path] {
+            line.push(Arg::text(l));
+        }
+        svc.add("BindReadOnlyPaths", Value::Bind(bin.into(), bin.into()));
+        svc.add(
+            "BindReadOnlyPaths",
+            Value::Bind(loader.into(), loader.into()),
+        );
+        for d in libs {
+            svc.add(
+                "BindReadOnlyPaths",
+                Value::OptionalBind(d.to_string(), d.to_string()),
+            );
+        }
+        let mut host: Vec<String> = libs.iter().map(|d| d.to_string()).collect();
+        host.extend([loader.to_string(), bin.to_string()]);
+        if ctx.plan.share_process_namespace {
+            // And the pod's PID namespace.
+            let ns = ctx.plan.pid_namespace();
+            svc.add("BindReadOnlyPaths", Value::Bind(ns.clone(), ns.clone()));
+            host.push(ns);
+        }
+        for p in host {
+            line.push(Arg::text("--hide"));
+            line.push(Arg::text(p));
+        }
+    } else {
+        line.push(Arg::text(bin));
+        line.push(Arg::text("pid-init"));
+    }
+    if ctx.plan.share_process_namespace {
+        line.push(Arg::text("--pod"));
+        line.push(Arg::text(ctx.plan.pid_namespace()));
+    }
+    for (flag, on) in [
+        ("--mask", p.mask),
+        ("--deny-mount", p.deny_mount),
+        ("--deny-namespaces", p.deny_namespaces),
+    ] {
+        if on {
+            line.push(Arg::text(flag));
+        }
+    }
+    for (flag, caps) in [("--drop=", &p.drop), ("--drop-ambient=", &p.drop_ambient)] {
+        if !caps.is_empty() {
+            line.push(Arg::text(concat(&[flag, &caps.join(",")])));
+        }
+    }
+    if let Some(s) = search {
+        line.push(Arg::text("--search"));
+        line.push(Arg::text(s));
+    }
+    line.push(Arg::text("--"));
+    line.extend(argv);
+    svc.add("ExecStart", Value::Exec(line));
 }
 
 /// The image's `StopSignal` (`SIGQUIT`, `QUIT`) when systemd knows it; anything else (numbers

@@ -197,6 +197,13 @@ pub fn translate(
         state_dir: concat(&[Paths::STATE, "/", uid]),
         runtime_dir: concat(&[Paths::RUNTIME, "/", uid]),
         volumes: vol_plans,
+        fs_group: spec
+            .security_context
+            .as_ref()
+            .and_then(|p| p.fs_group)
+            .and_then(|g| u32::try_from(g).ok()),
+        share_process_namespace: spec.share_process_namespace == Some(true)
+            && spec.host_pid != Some(true),
         env_files: Vec::new(),
         users: Vec::new(),
         groups: Vec::new(),

@@ -25,6 +25,13 @@ pub struct PodPlan {
     /// `/run/podunit/pods/<uid>`: tmpfs, 0700 (files of secret and configMap volumes, env files).
     pub runtime_dir: String,
     pub volumes: Vec<VolumePlan>,
+    /// `securityContext.fsGroup`: the group of the emptyDir, configMap, secret, downwardAPI and
+    /// projected volumes, with the kubelet's group permissions (see `podstart::prepare`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fs_group: Option<u32>,
+    /// `shareProcessNamespace`: one PID namespace for the pod, made by `pod-prepare`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub share_process_namespace: bool,
     pub env_files: Vec<EnvFilePlan>,
     /// Numeric users (uid, primary gid) and groups the containers run with. Kubernetes needs no
     /// user database entry for them, systemd does: those the host does not know get a record in
@@ -219,6 +226,11 @@ impl PodPlan {
     /// each pod start.
     pub fn root_state_dir(&self, container: &str) -> String {
         format!("{}/roots/{container}", self.state_dir)
+    }
+
+    /// The pod's PID namespace (`shareProcessNamespace`), bound there by `pod-prepare`.
+    pub fn pid_namespace(&self) -> String {
+        crate::common::text::concat(&[crate::common::paths::Paths::PID_NAMESPACES, "/", &self.uid])
     }
 
     /// One of the files of [`EtcPlan`] (`hosts`, `hostname`, `resolv.conf`).

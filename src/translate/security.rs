@@ -71,6 +71,43 @@ const KNOWN_CAPS: &[&str] = &[
 /// runtime's default profile: no module loading, mounting, rebooting, clock setting, tracing,...).
 const RUNTIME_DEFAULT_DENY: &str =
     "~@clock @cpu-emulation @debug @module @mount @obsolete @raw-io @reboot @swap";
+/// The same without `@mount`, which `pid-init` refuses itself once it has mounted `/proc`.
+const RUNTIME_DEFAULT_DENY_BUT_MOUNT: &str =
+    "~@clock @cpu-emulation @debug @module @obsolete @raw-io @reboot @swap";
+
+/// The capabilities `podunit pid-init` needs for its setup, which a container that does not have
+/// them gets added and `pid-init` drops again: a PID and a mount namespace and the `/proc` mount
+/// (`CAP_SYS_ADMIN`), dropping them from the bounding set (`CAP_SETPCAP`), and, kept by its outer
+/// process, forwarding signals to the container whatever user it became (`CAP_KILL`).
+pub const PID_INIT_CAPS: &[&str] = &["CAP_KILL", "CAP_SETPCAP", "CAP_SYS_ADMIN"];
+
+fn setup_caps() -> Vec<String> {
+    PID_INIT_CAPS.iter().map(|c| c.to_string()).collect()
+}
+
+/// The number of capability `CAP_NAME` (the kernel's order is [`KNOWN_CAPS`]'s).
+pub fn capability_number(name: &str) -> Option<u32> {
+    let bare = name.strip_prefix("CAP_")?;
+    KNOWN_CAPS
+        .iter()
+        .position(|c| *c == bare)
+        .and_then(|i| u32::try_from(i).ok())
+}
+
+/// What a container in a PID namespace of its own (`podunit pid-init`) is started with beyond
+/// its own sandbox, for `pid-init` to take back: see [`crate::translate::container`].
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct PidInit {
+    /// Added to the bounding set (and so to every set): dropped from all.
+    pub drop: Vec<String>,
+    /// Added as ambient capabilities only: dropped from all but the bounding set.
+    pub drop_ambient: Vec<String>,
+    /// `/proc` masked as a runtime masks it (not for privileged containers).
+    pub mask: bool,
+    /// The RuntimeDefault rules systemd could not apply in `pid-init`'s place.
+    pub deny_mount: bool,
+    pub deny_namespaces: bool,
+}
 
 /// The effective identity of a container: uid, gid (None = the unit's default, root).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,7 +152,8 @@ pub fn apply(
     path: &str,
     image_user: Option<&super::imagerun::ImageUser>,
     host_pid: bool,
-) -> Result<(), Fault> {
+) -> Result<Option<PidInit>, Fault> {
+    let mut pid_init = (!host_pid).then(PidInit::default);
     let sc = ctr.security_context.as_ref();
     let mut id = identity(pod_sc, sc);
     // A user the image names (or runAsUser looked up in the image): its numbers, with
@@ -185,9 +223,20 @@ pub fn apply(
     }
 
     let privileged = sc.and_then(|c| c.privileged) == Some(true);
+    let root = id.uid.unwrap_or(0) == 0;
     if privileged {
-        // A privileged container gets the host as root would have it: no sandboxing at all.
-        return Ok(());
+        // A privileged container gets the host as root would have it: no sandboxing at all. A
+        // non-root one has no capabilities: pid-init's, ambient, are taken back.
+        if let Some(p) = &mut pid_init
+            && !root
+        {
+            p.drop_ambient = setup_caps();
+            svc.trusted("AmbientCapabilities", p.drop_ambient.join(" "));
+        }
+        return Ok(pid_init);
+    }
+    if let Some(p) = &mut pid_init {
+        p.mask = true;
     }
     if sc.and_then(|c| c.allow_privilege_escalation) == Some(false) {
         svc.trusted("NoNewPrivileges", "yes");
@@ -212,12 +261,11 @@ pub fn apply(
         }
     }
     caps.sort();
-    // An empty value is the empty set (`~` alone would be every capability).
-    svc.trusted("CapabilityBoundingSet", caps.join(" "));
-    if id.uid.unwrap_or(0) != 0 && !caps.is_empty() {
-        // A non-root process keeps added capabilities only as ambient ones.
-        let added: Vec<&String> = caps
-            .iter()
+    // A non-root process keeps added capabilities only as ambient ones.
+    let mut ambient: Vec<String> = if root {
+        Vec::new()
+    } else {
+        caps.iter()
             .filter(|c| {
                 sc.and_then(|s| s.capabilities.as_ref())
                     .and_then(|k| k.add.as_ref())
@@ -226,17 +274,31 @@ pub fn apply(
                             .any(|x| cap_name(x, "").ok().as_deref() == Some(c.as_str()))
                     })
             })
-            .collect();
-        if !added.is_empty() {
-            svc.trusted(
-                "AmbientCapabilities",
-                added
-                    .iter()
-                    .map(|s| s.as_str())
-                    .collect::<Vec<_>>()
-                    .join(" "),
-            );
+            .cloned()
+            .collect()
+    };
+    // What pid-init needs for its setup and takes back before the command runs.
+    let mut bounding = caps.clone();
+    if let Some(p) = &mut pid_init {
+        for need in setup_caps() {
+            if !caps.contains(&need) {
+                p.drop.push(need.clone());
+                bounding.push(need.clone());
+            }
+            if !root && !ambient.contains(&need) {
+                if caps.contains(&need) {
+                    p.drop_ambient.push(need.clone());
+                }
+                ambient.push(need);
+            }
         }
+        bounding.sort();
+        ambient.sort();
+    }
+    // An empty value is the empty set (`~` alone would be every capability).
+    svc.trusted("CapabilityBoundingSet", bounding.join(" "));
+    if !ambient.is_empty() {
+        svc.trusted("AmbientCapabilities", ambient.join(" "));
     }
     if sc.and_then(|c| c.read_only_root_filesystem) == Some(true) {
         svc.trusted("ProtectSystem", "strict");
@@ -247,13 +309,30 @@ pub fn apply(
         .or(pod_sc.and_then(|p| p.seccomp_profile.as_ref()));
     match seccomp.map(|s| s.type_.as_str()) {
         Some("RuntimeDefault") => {
-            svc.trusted("SystemCallFilter", RUNTIME_DEFAULT_DENY);
+            // pid-init mounts /proc and makes the namespaces before the command runs, and then
+            // refuses those calls itself.
+            let restrict = !caps.iter().any(|c| c == "CAP_SYS_ADMIN");
+            if let Some(p) = &mut pid_init {
+                p.deny_mount = true;
+                p.deny_namespaces = restrict;
+            }
+            svc.trusted(
+                "SystemCallFilter",
+                if pid_init.is_some() {
+                    RUNTIME_DEFAULT_DENY_BUT_MOUNT
+                } else {
+                    RUNTIME_DEFAULT_DENY
+                },
+            );
             svc.trusted("SystemCallArchitectures", "native");
             svc.trusted("SystemCallErrorNumber", "EPERM");
             // The runtimes' default profile also refuses new namespaces (without CAP_SYS_ADMIN)
             // and personality changes.
-            if !caps.iter().any(|c| c == "CAP_SYS_ADMIN") {
-                svc.trusted("RestrictNamespaces", "yes");
+            if restrict {
+                svc.trusted(
+                    "RestrictNamespaces",
+                    if pid_init.is_some() { "mnt pid" } else { "yes" },
+                );
             }
             svc.trusted("LockPersonality", "yes");
         }
@@ -266,14 +345,11 @@ pub fn apply(
         }
     }
     // What every unprivileged container gets, as a container runtime would give it: its own /tmp,
-    // a read-only cgroup tree, a hostname it cannot change, other users' processes out of sight
-    // (all of them in sight with hostPID: true, as its container would see the host's).
+    // a read-only cgroup tree, a hostname it cannot change. (Its own processes only in sight:
+    // pid-init's PID namespace and /proc, unless hostPID: true.)
     svc.add("PrivateTmp", Value::Trusted("yes".into()));
     svc.add("ProtectControlGroups", Value::Trusted("yes".into()));
     svc.add("ProtectHostname", Value::Trusted("yes".into()));
-    if !host_pid {
-        svc.add("ProtectProc", Value::Trusted("invisible".into()));
-    }
     if !caps.iter().any(|c| c == "CAP_SYS_TIME") {
         svc.add("ProtectClock", Value::Trusted("yes".into()));
     }
@@ -305,7 +381,7 @@ pub fn apply(
             svc.add(key, Value::Trusted("yes".into()));
         }
     }
-    Ok(())
+    Ok(pid_init)
 }
 
 /// `lifecycle.stopSignal` (`SIGTERM`, `SIGUSR1`, ...) as systemd's `KillSignal=` accepts it.

@@ -161,6 +161,11 @@ impl Section {
     pub fn trusted(&mut self, key: &'static str, value: impl Into<Cow<'static, str>>) -> &mut Self {
         self.add(key, Value::Trusted(value.into()))
     }
+
+    /// Whether a line of `key` was added.
+    pub fn has(&self, key: &str) -> bool {
+        self.entries.iter().any(|(k, _)| *k == key)
+    }
 }
 
 fn start_line(out: &mut String, key: &str) {

@@ -313,9 +313,13 @@ fn exec_attach_and_port_forward_over_websocket() {
     );
     assert_eq!(s.close, Some(1009), "a 1 GiB frame: {}", s.raw);
     m.wait_for("the commands gone with their connections", SOON, || {
-        (!m.sh("grep -qs 'sleep.100[0]' /proc/[0-9]*/cmdline")
-            .status
-            .success())
+        // The whole command line `sleep 1000`: the container's pid-init has the container's
+        // `exec sleep 100000` in its own.
+        (!m.sh(
+            "for f in /proc/[0-9]*/cmdline; do [ \"$(tr '\\0' ' ' < $f 2>/dev/null)\" = 'sleep 1000 ' ] && exit 0; done; exit 1",
+        )
+        .status
+        .success())
         .then_some(())
     });
     // A client stalled in the middle of a frame holds up nobody else.

@@ -178,6 +178,20 @@ pub fn wait_state(m: &Machine, unit: &str, states: &[&str]) -> String {
     })
 }
 
+/// The container's own first process: its unit's main process is `podunit pid-init`, which starts
+/// the command as its child in the container's PID namespace (the main process itself with
+/// `hostPID: true`).
+pub fn container_pid(m: &Machine, unit: &str) -> String {
+    let main = m.prop(unit, "MainPID");
+    let child = m.sh_ok(&format!(
+        "for p in /proc/[0-9]*; do read -r pid comm state ppid rest < $p/stat 2>/dev/null && [ \"$ppid\" = {main} ] && echo $pid; done; true"
+    ));
+    match child.split_whitespace().next() {
+        Some(c) => c.to_string(),
+        None => main,
+    }
+}
+
 /// After a reload, start what the generator made wanted (what podunit-sync does for the user).
 pub fn start_pods(m: &Machine) {
     m.daemon_reload();
