@@ -890,3 +890,77 @@ fn a_pod_that_cannot_start_says_why_pulls_at_each_attempt_and_recovers() {
         "{table}"
     );
 }
+
+/// security/security-context.yaml, unchanged, from the registry: runAsUser 1000 and no
+/// runAsGroup (so group 0, the group procfs's hidepid would have exempted), fsGroup 2000 on an
+/// emptyDir. The container sees its own processes only, its emptyDir is the fsGroup's with the
+/// setgid bit, and the fsGroup is among its groups, as under a kubelet.
+#[test]
+fn security_context_demo_is_isolated_and_owns_its_volume() {
+    let dir =
+        std::env::temp_dir().join(format!("podunit-images-e2e-{}-secctx", std::process::id()));
+    // The sample's image runs a long-lived server from its Cmd; this one sleeps.
+    let image = oci::image(
+        host_arch(),
+        &[Layer {
+            tar: busybox_root(&mut |_| {}),
+            comp: Comp::Gzip,
+            declared_size: None,
+        }],
+        serde_json::json!({"Env": [PATH], "Cmd": ["sleep", "100000"]}),
+    );
+    let (reg, certs) =
+        Registry::serving(&dir, None, &[("google-samples/node-hello", "1.0", &image)]);
+    let m = Machine::boot("images-secctx");
+    let mut settings = registry::settings(&reg.host, &certs.ca());
+    settings
+        .mirrors
+        .insert("gcr.io".to_string(), vec![reg.host.clone()]);
+    let client = Client::new(settings, registry::keyring(&reg.host, USER, PASSWORD));
+    let store = Store::open(m.dir().join("root/var/lib/podunit/store"));
+    registry::pull(&store, &client, "gcr.io/google-samples/node-hello:1.0").unwrap();
+    m.write(
+        "/etc/pods.d/security-context.yaml",
+        &corpus("security/security-context.yaml"),
+    );
+    start_pods(&m);
+    let unit = ctr_unit("default", "security-context-demo", "sec-ctx-demo");
+    wait_state(&m, &unit, &["active"]);
+    // The command runs as the first process of the container's PID namespace, a child of the
+    // unit's main process (which holds the namespace).
+    let main = m.prop(&unit, "MainPID");
+    let child = m.wait_for("the container's first process", SOON, || {
+        let c = m.sh_ok(&format!("cat /proc/{main}/task/{main}/children"));
+        let c = c.split_whitespace().next()?.to_string();
+        m.sh_ok(&format!("cat /proc/{c}/cmdline"))
+            .starts_with("sleep")
+            .then_some(c)
+    });
+    let status = m.sh_ok(&format!("cat /proc/{child}/status"));
+    let field = |f: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{f}:")))
+            .unwrap_or_else(|| panic!("{f} in {status}"))
+            .trim()
+            .to_string()
+    };
+    assert_eq!(field("Uid"), "1000\t1000\t1000\t1000");
+    assert_eq!(field("Gid"), "0\t0\t0\t0", "no runAsGroup: group 0");
+    assert!(
+        field("Groups").split_whitespace().any(|g| g == "2000"),
+        "fsGroup among the groups: {status}"
+    );
+    // What the container's /proc shows: its own process, nothing of the machine's.
+    let pids = m.sh_ok(&format!(
+        "ls /proc/{child}/root/proc | grep -E '^[0-9]+$' | sort -n | tr '\\n' ' '"
+    ));
+    assert_eq!(pids.trim(), "1", "only itself, as PID 1");
+    // The emptyDir: group fsGroup, setgid, writable by all, as the kubelet makes it.
+    assert_eq!(
+        m.sh_ok(&format!("stat -c '%a %g' /proc/{child}/root/data/demo"))
+            .trim(),
+        "2777 2000"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
