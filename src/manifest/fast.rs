@@ -173,7 +173,7 @@ fn push_line(s: &mut String, line: &str) {
 
 /// `value` of type `T`, if it deserializes from `doc` with no field left unknown.
 fn typed<T: DeserializeOwned>(doc: &str) -> Option<T> {
-    let (value, unknown) = super::unknown::from_json::<T>(doc.as_bytes()).ok()?;
+    let (value, unknown) = super::unknown::from_json::<T>(doc).ok()?;
     (!unknown).then_some(value)
 }
 

@@ -230,7 +230,7 @@ fn typed<T: DeserializeOwned>(
     // type's decoder in the binaries, see `unknown::from_json`); writing the tree out costs a
     // fraction of having read it from YAML. Only a document with something to say is read again
     // from the tree, tracking paths, to say where (and, for type errors, every one: typeerr).
-    let first = serde_json::to_vec(&doc)
+    let first = serde_json::to_string(&doc)
         .map_err(|e| e.to_string())
         .and_then(|json| super::unknown::from_json::<T>(&json).map_err(|e| e.to_string()));
     let (result, ignored) = match first {
