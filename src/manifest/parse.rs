@@ -144,7 +144,10 @@ fn parse_document(
     match (api, kind) {
         ("v1", "Pod") => {
             if let Some(p) = typed::<Pod>(file, doc, root, &who, unknown, problems) {
-                objects.push(Object::Pod(Box::new(p)));
+                // Boxed first and made compact in place, as the fast path does.
+                let mut pod = Box::new(p);
+                super::fast::compact(&mut pod);
+                objects.push(Object::Pod(pod));
             }
         }
         ("v1", "ConfigMap") => {
