@@ -27,9 +27,10 @@ pub fn objects(text: &str) -> Option<Vec<Object>> {
 
 /// serde_json gives no length for a list, so serde grows it by doubling: the lists of big
 /// elements (a `Container` is about 1 KB, a `Volume` 1.6 KB) are moved into lists of their exact
-/// length, as the `Value` path's exact lengths left them. With a thousand pods held at once, that
-/// is the peak memory. (A moved list, not `shrink_to_fit`: allocators shrink a block in place.)
-fn compact(pod: &mut Pod) {
+/// length. With a thousand pods held at once, that is the peak memory. (A moved list, not
+/// `shrink_to_fit`: allocators shrink a block in place.) The general path decodes from JSON text
+/// too ([`super::parse`]), so its pods are made compact the same way.
+pub(super) fn compact(pod: &mut Pod) {
     if let Some(spec) = pod.spec.as_mut() {
         for c in spec
             .init_containers
@@ -173,7 +174,7 @@ fn push_line(s: &mut String, line: &str) {
 
 /// `value` of type `T`, if it deserializes from `doc` with no field left unknown.
 fn typed<T: DeserializeOwned>(doc: &str) -> Option<T> {
-    let (value, unknown) = super::unknown::from_json::<T>(doc.as_bytes()).ok()?;
+    let (value, unknown) = super::unknown::from_json::<T>(doc).ok()?;
     (!unknown).then_some(value)
 }
 

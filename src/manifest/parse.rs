@@ -144,7 +144,10 @@ fn parse_document(
     match (api, kind) {
         ("v1", "Pod") => {
             if let Some(p) = typed::<Pod>(file, doc, root, &who, unknown, problems) {
-                objects.push(Object::Pod(Box::new(p)));
+                // Boxed first and made compact in place, as the fast path does.
+                let mut pod = Box::new(p);
+                super::fast::compact(&mut pod);
+                objects.push(Object::Pod(pod));
             }
         }
         ("v1", "ConfigMap") => {
@@ -230,7 +233,7 @@ fn typed<T: DeserializeOwned>(
     // type's decoder in the binaries, see `unknown::from_json`); writing the tree out costs a
     // fraction of having read it from YAML. Only a document with something to say is read again
     // from the tree, tracking paths, to say where (and, for type errors, every one: typeerr).
-    let first = serde_json::to_vec(&doc)
+    let first = serde_json::to_string(&doc)
         .map_err(|e| e.to_string())
         .and_then(|json| super::unknown::from_json::<T>(&json).map_err(|e| e.to_string()));
     let (result, ignored) = match first {

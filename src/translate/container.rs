@@ -118,7 +118,7 @@ pub fn all(ctx: &PodContext<'_>) -> Result<Vec<Built>, Vec<Fault>> {
             ctx,
             c,
             role,
-            &format!("spec.initContainers[{i}]"),
+            &crate::common::text::item(&["spec.initContainers"], i),
             &before,
             &order[i + 1..],
         ) {
@@ -134,7 +134,7 @@ pub fn all(ctx: &PodContext<'_>) -> Result<Vec<Built>, Vec<Fault>> {
             ctx,
             c,
             Role::App,
-            &format!("spec.containers[{i}]"),
+            &crate::common::text::item(&["spec.containers"], i),
             &before,
             &[],
         ) {

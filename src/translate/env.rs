@@ -246,7 +246,7 @@ pub fn container_env(
     }
     let mut last: BTreeMap<&str, bool> = BTreeMap::new(); // name -> final definition is static
     for (i, e) in ctr.env.as_deref().unwrap_or_default().iter().enumerate() {
-        let ep = format!("{path}.env[{i}]");
+        let ep = crate::common::text::item(&[path, ".env"], i);
         let (binding, entry) = resolve_var(pod, ctr, node, e, &env, &ep)?;
         if binding == Binding::Runtime {
             runtime = true;

@@ -184,7 +184,13 @@ pub fn translate(
         .enumerate()
     {
         let owner = container::volume_owner(pod, &v.name);
-        match volumes::plan(pod, node, v, &owner, &format!("spec.volumes[{i}]")) {
+        match volumes::plan(
+            pod,
+            node,
+            v,
+            &owner,
+            &crate::common::text::item(&["spec.volumes"], i),
+        ) {
             Ok(p) => vol_plans.push(p),
             Err(f) => errors.push(fault(f)),
         }

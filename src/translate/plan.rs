@@ -248,18 +248,24 @@ impl PodPlan {
 /// (`fieldpath.FormatMap`): `key="value"` lines in key order, the value quoted as Go's `%q`
 /// quotes it, and no newline after the last.
 pub fn format_map(map: &BTreeMap<String, String>) -> String {
-    let lines: Vec<String> = map
-        .iter()
-        .map(|(k, v)| format!("{k}={}", go_quote(v)))
-        .collect();
-    lines.join("\n")
+    let mut out = String::new();
+    for (k, v) in map {
+        if !out.is_empty() {
+            out.push('\n');
+        }
+        out.push_str(k);
+        out.push('=');
+        push_go_quoted(&mut out, v);
+    }
+    out
 }
 
-/// `strconv.Quote`: `"` and `\` escaped, Go's short escapes for the C0 controls that have one,
-/// `\xHH` for the other ASCII controls, `\uHHHH` (`\UHHHHHHHH`) for other characters that are
-/// not printable (controls, and spaces other than U+0020); everything else as it is.
-fn go_quote(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
+/// Appends `s` as Go's `strconv.Quote` writes it: `"` and `\` escaped, the short escapes for the
+/// C0 controls that have one, `\xHH` for the other ASCII controls, `\uHHHH` (`\UHHHHHHHH`) for
+/// other characters that are not printable (controls, and spaces other than U+0020); everything
+/// else as it is.
+fn push_go_quoted(out: &mut String, s: &str) {
+    out.reserve(s.len() + 2);
     out.push('"');
     for c in s.chars() {
         match c {
@@ -286,7 +292,6 @@ fn go_quote(s: &str) -> String {
         }
     }
     out.push('"');
-    out
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 
 use super::Fault;
 use crate::common::quantity;
+use crate::common::text::push_decimal;
 use crate::translate::unit::Section;
 use k8s_openapi::api::core::v1::ResourceRequirements;
 
@@ -47,11 +48,18 @@ pub fn pod_cpu_weight(spec: &k8s_openapi::api::core::v1::PodSpec) -> u64 {
 /// systemd both raise a quota below 1 ms to 1 ms, as the kubelet does). A zero limit sets no
 /// quota, as the kubelet's runtime writes `max` for it.
 pub fn cpu_quota(millis: u64) -> Option<String> {
-    match millis % 10 {
-        _ if millis == 0 => None,
-        0 => Some(format!("{}%", millis / 10)),
-        tenth => Some(format!("{}.{tenth}%", millis / 10)),
+    if millis == 0 {
+        return None;
     }
+    let mut q = String::with_capacity(8);
+    push_decimal(&mut q, millis / 10);
+    let tenth = millis % 10;
+    if tenth != 0 {
+        q.push('.');
+        push_decimal(&mut q, tenth);
+    }
+    q.push('%');
+    Some(q)
 }
 
 /// Writes limits and requests of `r` (a container's or the pod's) into `sec`.

@@ -1,6 +1,7 @@
 //! securityContext -> the identity and sandbox of a container's process.
 
 use super::Fault;
+use crate::common::text::item;
 use crate::translate::unit::{Section, Value};
 use k8s_openapi::api::core::v1::{Container, PodSecurityContext, SecurityContext};
 
@@ -244,13 +245,13 @@ pub fn apply(
     let mut caps: Vec<String> = DEFAULT_CAPS.iter().map(|c| c.to_string()).collect();
     if let Some(c) = sc.and_then(|c| c.capabilities.as_ref()) {
         for (i, d) in c.drop.as_deref().unwrap_or_default().iter().enumerate() {
-            match cap_name(d, &format!("{path}.securityContext.capabilities.drop[{i}]"))?.as_str() {
+            match cap_name(d, &item(&[path, ".securityContext.capabilities.drop"], i))?.as_str() {
                 "ALL" => caps.clear(),
                 name => caps.retain(|c| c != name),
             }
         }
         for (i, a) in c.add.as_deref().unwrap_or_default().iter().enumerate() {
-            match cap_name(a, &format!("{path}.securityContext.capabilities.add[{i}]"))?.as_str() {
+            match cap_name(a, &item(&[path, ".securityContext.capabilities.add"], i))?.as_str() {
                 "ALL" => caps = KNOWN_CAPS.iter().map(|c| format!("CAP_{c}")).collect(),
                 name => {
                     if !caps.iter().any(|c| c == name) {

@@ -192,7 +192,7 @@ pub fn plan(
                 pod,
                 node,
                 item,
-                &format!("{path}.downwardAPI.items[{i}]"),
+                &crate::common::text::item(&[path, ".downwardAPI.items"], i),
             )?);
         }
         (runtime, files(sources, mode(d.default_mode, DEFAULT_MODE)))
