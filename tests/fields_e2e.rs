@@ -558,6 +558,7 @@ spec:
       exec: {{command: ["false"]}}
       periodSeconds: 1
       failureThreshold: 1
+      terminationGracePeriodSeconds: 2
   - name: slow
     image: host
     command: ["/usr/local/bin/probe"]
@@ -568,6 +569,7 @@ spec:
       timeoutSeconds: 1
       periodSeconds: 2
       failureThreshold: 1
+      terminationGracePeriodSeconds: 2
   - name: grpc
     image: host
     command: ["sleep", "infinity"]

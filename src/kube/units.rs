@@ -233,13 +233,17 @@ fn parse_show(text: &str) -> HashMap<String, UnitState> {
                 "ActiveEnterTimestamp" => u.active_enter_us = ts(),
                 "MainPID" => u.main_pid = v.parse().unwrap_or(0),
                 "RootDirectory" => u.root_directory = v.into(),
-                // `{ path=/bin/app ; argv[]=/bin/app ; ... }`: the first command's program.
+                // `{ path=/bin/app ; argv[]=/bin/app -x ; ... }`: the first command's program
+                // (the container's, behind pid-init).
                 "ExecStart" if u.exec_path.is_empty() => {
-                    u.exec_path = v
-                        .split_once("path=")
-                        .and_then(|(_, r)| r.split(" ;").next())
-                        .unwrap_or_default()
-                        .to_string()
+                    let field = |name: &str| {
+                        v.split_once(name)
+                            .and_then(|(_, r)| r.split(" ;").next())
+                            .unwrap_or_default()
+                    };
+                    let argv: Vec<String> = field("argv[]=").split(' ').map(String::from).collect();
+                    (u.exec_path, u.exec_search) =
+                        crate::status::unit::container_program(field("path="), &argv);
                 }
                 _ => {}
             }

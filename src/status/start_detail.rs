@@ -88,16 +88,42 @@ fn read(unit: &str, invocation: &str) -> Option<Detail> {
 pub fn fill(units: &mut HashMap<String, UnitState>) {
     for u in units.values_mut().filter(|u| u.start_failed()) {
         u.start_error = read(&u.name, &u.invocation_id).or_else(|| {
-            (u.exec_main_status == EXIT_EXEC && u.exec_path.starts_with('/')).then(|| Detail {
-                executable: u.exec_path.clone(),
-                errno: lookup_in_root(Path::new(&u.root_directory), &u.exec_path),
-            })
+            (u.exec_main_status == EXIT_EXEC && !u.exec_path.is_empty())
+                .then(|| program_detail(Path::new(&u.root_directory), &u.exec_path, &u.exec_search))
         });
     }
 }
 
-/// systemd's `EXIT_EXEC`.
+/// systemd's `EXIT_EXEC` (and `pid-init`'s, for a command it could not run).
 const EXIT_EXEC: i32 = 203;
+
+/// What `execve()` of `program` would meet inside `root`: a path as it is; a bare name in each
+/// `search` directory in turn, as `execvp` looks (the first that is there is the one), and not
+/// found at all when none has it.
+fn program_detail(root: &Path, program: &str, search: &str) -> Detail {
+    if program.contains('/') {
+        return Detail {
+            executable: program.to_string(),
+            errno: lookup_in_root(root, program),
+        };
+    }
+    for dir in search.split(':').filter(|d| d.starts_with('/')) {
+        let candidate = format!("{}/{program}", dir.trim_end_matches('/'));
+        match lookup_in_root(root, &candidate) {
+            Some(e) if e == nix::errno::Errno::ENOENT as i32 => continue,
+            errno => {
+                return Detail {
+                    executable: candidate,
+                    errno,
+                };
+            }
+        }
+    }
+    Detail {
+        executable: program.to_string(),
+        errno: Some(nix::errno::Errno::ENOENT as i32),
+    }
+}
 
 /// Why `execve(program)` would fail inside `root` (`/` when empty), if it would for a reason a
 /// lookup sees: `ENOENT` for a program (or a directory on its way) that is not there, `EACCES`

@@ -187,6 +187,9 @@ pub fn message(status: i32, detail: Option<&Detail>) -> String {
     };
     let exe = &d.executable;
     let runtime = match (name, d.errno) {
+        ("EXEC", Some(2)) if !exe.contains('/') => {
+            format!("exec: {exe:?}: executable file not found in $PATH")
+        }
         ("EXEC", Some(2)) => format!("exec: {exe:?}: stat {exe}: no such file or directory"),
         ("EXEC", Some(e)) => format!("exec: {exe:?}: {}", errno_text(e)),
         ("EXEC", None) => format!("exec: {exe:?}"),

@@ -91,9 +91,12 @@ pub struct UnitState {
     pub fragment_path: String,
     /// Hex invocation ID of the current (or last) run; empty if none.
     pub invocation_id: String,
-    /// The program of `ExecStart=` and `RootDirectory=` (empty: the host's root): where a
-    /// start error's executable is looked for.
+    /// The container's program (from `ExecStart=`, through `pid-init`'s wrapper, see
+    /// [`container_program`]) and `RootDirectory=` (empty: the host's root): where a start
+    /// error's executable is looked for.
     pub exec_path: String,
+    /// The directories a program named without a `/` is looked for in (`pid-init --search`).
+    pub exec_search: String,
     pub root_directory: String,
     /// What failed of a start whose exit status says a step before `execve()` did
     /// ([`crate::status::start_detail`] fills it).
@@ -131,5 +134,58 @@ impl UnitState {
             sub_state: "dead".into(),
             ..Default::default()
         }
+    }
+}
+
+/// The container's own program and search path, from `ExecStart=`'s path and argv: the command
+/// after `--` when the unit starts it through `podunit pid-init` (whatever loader runs that),
+/// else the path itself.
+pub fn container_program(path: &str, argv: &[String]) -> (String, String) {
+    let Some(at) = argv.iter().position(|a| a == "pid-init") else {
+        return (path.to_string(), String::new());
+    };
+    let rest = &argv[at + 1..];
+    let search = rest
+        .iter()
+        .position(|a| a == "--search")
+        .and_then(|i| rest.get(i + 1))
+        .cloned()
+        .unwrap_or_default();
+    let program = rest
+        .iter()
+        .position(|a| a == "--")
+        .and_then(|i| rest.get(i + 1))
+        .cloned()
+        .unwrap_or_default();
+    (program, search)
+}
+
+#[cfg(test)]
+mod program_tests {
+    use super::container_program;
+
+    #[test]
+    fn the_program_behind_pid_init() {
+        let v = |s: &str| s.split(' ').map(String::from).collect::<Vec<_>>();
+        assert_eq!(
+            container_program("/bin/app", &v("/bin/app -x")),
+            ("/bin/app".into(), String::new())
+        );
+        assert_eq!(
+            container_program(
+                "/lib64/ld-linux-x86-64.so.2",
+                &v(
+                    "/lib64/ld-linux-x86-64.so.2 --inhibit-cache /usr/bin/podunit pid-init --mask --search /usr/bin:/bin -- app -- x"
+                )
+            ),
+            ("app".into(), "/usr/bin:/bin".into())
+        );
+        assert_eq!(
+            container_program(
+                "/usr/bin/podunit",
+                &v("/usr/bin/podunit pid-init -- /bin/app")
+            ),
+            ("/bin/app".into(), String::new())
+        );
     }
 }

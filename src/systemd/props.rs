@@ -108,19 +108,29 @@ fn int(m: &HashMap<String, OwnedValue>, k: &str) -> i32 {
     }
 }
 
-/// `ay` as lowercase hex (InvocationID).
-/// The program of the first command of an `Exec*=` property (`a(sasbttttuii)`: path first).
-fn exec_path(m: &HashMap<String, OwnedValue>, k: &str) -> String {
+/// The path and argv of the first command of an `Exec*=` property (`a(sasbttttuii)`).
+fn exec_command(m: &HashMap<String, OwnedValue>, k: &str) -> (String, Vec<String>) {
     let Some(Value::Array(a)) = get(m, k) else {
-        return String::new();
+        return (String::new(), Vec::new());
     };
-    match a.iter().next().map(inner) {
-        Some(Value::Structure(s)) => match s.fields().first().map(inner) {
-            Some(Value::Str(p)) => p.as_str().to_string(),
-            _ => String::new(),
-        },
+    let Some(Value::Structure(s)) = a.iter().next().map(inner) else {
+        return (String::new(), Vec::new());
+    };
+    let path = match s.fields().first().map(inner) {
+        Some(Value::Str(p)) => p.as_str().to_string(),
         _ => String::new(),
-    }
+    };
+    let argv = match s.fields().get(1).map(inner) {
+        Some(Value::Array(args)) => args
+            .iter()
+            .filter_map(|a| match inner(a) {
+                Value::Str(s) => Some(s.as_str().to_string()),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
+    (path, argv)
 }
 
 fn hex_bytes(m: &HashMap<String, OwnedValue>, k: &str) -> String {
@@ -142,6 +152,8 @@ pub fn unit_state(
     unit: &HashMap<String, OwnedValue>,
     service: &HashMap<String, OwnedValue>,
 ) -> UnitState {
+    let (path, argv) = exec_command(service, "ExecStart");
+    let (exec_path, exec_search) = crate::status::unit::container_program(&path, &argv);
     UnitState {
         name: name.to_string(),
         load_state: string(unit, "LoadState"),
@@ -157,7 +169,8 @@ pub fn unit_state(
         main_pid: u32::try_from(uint(service, "MainPID")).unwrap_or(0),
         fragment_path: string(unit, "FragmentPath"),
         invocation_id: hex_bytes(unit, "InvocationID"),
-        exec_path: exec_path(service, "ExecStart"),
+        exec_path,
+        exec_search,
         root_directory: string(service, "RootDirectory"),
         start_error: None,
     }
