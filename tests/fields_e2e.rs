@@ -147,6 +147,8 @@ fn env_from_the_downward_api_and_optional_sources() {
       valueFrom: {resourceFieldRef: {resource: requests.cpu, divisor: 1m}}
     - name: CPU_LIMIT
       valueFrom: {resourceFieldRef: {resource: limits.cpu}}
+    - name: MEM_REQUEST
+      valueFrom: {resourceFieldRef: {resource: requests.memory, divisor: 1Mi}}
     - name: OPT_CM
       valueFrom: {configMapKeyRef: {name: absent-cm, key: k, optional: true}}
     - name: OPT_SECRET
@@ -176,6 +178,8 @@ fn env_from_the_downward_api_and_optional_sources() {
     assert_eq!(env("SA").as_deref(), Some("builder"));
     assert_eq!(env("LABEL").as_deref(), Some("web"));
     assert_eq!(env("MEM_MI").as_deref(), Some("96"));
+    // No memory request: the API server defaults it to the limit.
+    assert_eq!(env("MEM_REQUEST").as_deref(), Some("96"));
     assert_eq!(env("CPU_M").as_deref(), Some("250"));
     // No CPU limit: the node's allocatable CPU, whole cores rounded up by the divisor 1.
     assert_eq!(env("CPU_LIMIT").as_deref(), Some(cores.as_str()));

@@ -445,8 +445,6 @@ fn expected_resource(
     };
     let set = match kind {
         "limits" => get("limits"),
-        // Open finding `request-from-limit`: podunit reads an unset request as 0.
-        "requests" if known("request-from-limit") => get("requests"),
         "requests" => get("requests").or_else(|| get("limits")),
         _ => panic!("resourceFieldRef {resource:?} was rendered"),
     };

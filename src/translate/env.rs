@@ -82,7 +82,8 @@ pub fn field_value(pod: &Pod, node: &NodeFacts, path: &str) -> Option<String> {
 }
 
 /// A `resourceFieldRef` value: the container's limit or request divided by `divisor`, rounded up;
-/// an unset limit is the node's capacity, as the kubelet reports it.
+/// an unset request is the limit (the API server defaults requests to limits), an unset limit the
+/// node's capacity, as the kubelet reports it.
 pub fn resource_value(
     ctr: &Container,
     node: &NodeFacts,
@@ -98,7 +99,15 @@ pub fn resource_value(
         "requests" => res.and_then(|r| r.requests.as_ref()),
         _ => return Err(format!("{resource:?} is not a resource field")),
     };
-    let q = map.and_then(|m| m.get(name)).map(|q| q.0.as_str());
+    let limit = || {
+        res.and_then(|r| r.limits.as_ref())
+            .and_then(|m| m.get(name))
+            .map(|q| q.0.as_str())
+    };
+    let q = map
+        .and_then(|m| m.get(name))
+        .map(|q| q.0.as_str())
+        .or_else(|| if kind == "requests" { limit() } else { None });
     let (value, div) = match name {
         "cpu" => {
             let v = match q {
@@ -428,5 +437,19 @@ mod tests {
                 Piece::Text("post".into())
             ]
         );
+    }
+
+    #[test]
+    fn an_unset_request_is_the_limit_and_an_unset_limit_the_node() {
+        let c: Container = serde_json::from_value(serde_json::json!({
+            "name": "c",
+            "resources": {"limits": {"memory": "96Mi"}, "requests": {"cpu": "250m"}}
+        }))
+        .unwrap();
+        let node = NodeFacts::default();
+        let v = |r: &str, d: &str| resource_value(&c, &node, r, Some(d)).unwrap();
+        assert_eq!(v("requests.memory", "1Mi"), "96");
+        assert_eq!(v("requests.cpu", "1m"), "250");
+        assert_eq!(v("limits.cpu", "1m"), node.cpu_millis.to_string());
     }
 }
