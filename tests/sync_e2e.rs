@@ -574,6 +574,15 @@ fn unexpected_storm_lines(lines: &[String]) -> Vec<String> {
         {
             return unit_of(u);
         }
+        // `sleep`, PID 1 of its container with no SIGTERM handler, ignores the stop's SIGTERM:
+        // after the 2 s grace it is SIGKILLed, as under a kubelet, and the failed unit of the
+        // gone pod is reset. True events, not false errors.
+        if let Some(u) = l.strip_suffix(": grace period over, SIGKILL").or_else(|| {
+            l.strip_prefix("resetting failed ")
+                .and_then(|r| r.strip_suffix(": its pod is gone"))
+        }) {
+            return unit_of(u);
+        }
         if let Some((p, u)) = l.strip_prefix("pod ").and_then(|r| {
             r.strip_suffix(
                 " awaits the daemon-reload under way; the reconcile after it takes the pod up",
