@@ -435,6 +435,7 @@ fn rpm_installs_into_a_scratch_root() {
         [
             "stop podunit-sync.service",
             "stop podunit.target podunit.slice",
+            "reset-failed podunit-*",
             "--no-reload disable podunit.target podunit-sync.service",
             "daemon-reload",
         ],
