@@ -7,7 +7,7 @@
 //! systemd gives every run of a unit its own `_SYSTEMD_INVOCATION_ID` (journalctl 252 has no
 //! `--invocation` yet, so the previous id is found in the journal).
 
-use crate::localsync::generator_output::PodKey;
+use crate::generate::output::PodKey;
 use k8s_openapi::jiff::Timestamp;
 use std::fmt;
 use std::io::{BufRead, BufReader, Read, Write};

@@ -14,7 +14,7 @@ mod support;
 
 use image::oci::{self, Comp, Layer};
 use image::registry::{Certs, PASSWORD, Registry, USER};
-use podunit::image::registries::Registries;
+use podunit::common::registries::Registries;
 use podunit::image::registry::Client;
 use podunit::image::unpack::Unpacker;
 use podunit::image::{Reference, Store};

@@ -14,7 +14,7 @@ use podunit::kube::agent::{self, AgentConfig, IMAGE_NEVER_PULL, Shared};
 use podunit::kube::client::{self, Client, DeleteOptions};
 use podunit::kube::kubeconfig::{self, OwnerCheck};
 use podunit::kube::units::{Changes, UnitStates, Units};
-use podunit::status::unit::{ExitKind, UnitState};
+use podunit::systemd::unit::{ExitKind, UnitState};
 use serde_json::json;
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};

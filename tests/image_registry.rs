@@ -10,10 +10,10 @@ mod support;
 use image::hostile::{self, Hostile, Reply};
 use image::oci::{self, Comp, Layer, TarBuilder};
 use image::registry::{Certs, PASSWORD, Registry, USER};
+use podunit::common::registries::Registries;
 use podunit::image::auth::Keyring;
 use podunit::image::error::PullErrorKind;
 use podunit::image::pull::{Progress, Puller};
-use podunit::image::registries::Registries;
 use podunit::image::registry::Client;
 use podunit::image::{Reference, Store};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
@@ -947,7 +947,7 @@ fn the_cli_pulls_lists_inspects_and_prunes() {
 }
 
 /// A node's limits, on top of the test registry's settings.
-fn limited(env: &Env, set: impl FnOnce(&mut podunit::image::limits::Limits)) -> Client {
+fn limited(env: &Env, set: impl FnOnce(&mut podunit::common::pull_limits::Limits)) -> Client {
     let mut settings = env.settings();
     set(&mut settings.limits);
     Client::new(settings, env.keyring(PASSWORD))
@@ -1063,7 +1063,7 @@ fn a_pull_never_eats_the_store_reserve() {
 /// The node's settings for an image served by a [`Hostile`] double (plain HTTP, listed insecure).
 fn hostile_settings(
     h: &Hostile,
-    set: impl FnOnce(&mut podunit::image::limits::Limits),
+    set: impl FnOnce(&mut podunit::common::pull_limits::Limits),
 ) -> Registries {
     let mut s = Registries {
         insecure: vec![h.host.clone()],

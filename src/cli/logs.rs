@@ -1,7 +1,7 @@
 //! `podunit logs POD [-c CONTAINER] [-f] [--previous]`: the container's output from the journal,
 //! read by [`crate::logs`], as the kubelet API serves it.
 use crate::common::paths::Paths;
-use crate::localsync::generator_output::{ContainerKind, GeneratedPod};
+use crate::generate::output::{ContainerKind, GeneratedPod};
 use crate::logs::{self, LogOptions};
 use std::process::ExitCode;
 
@@ -162,7 +162,7 @@ impl std::io::Write for Stdout {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::localsync::generator_output::PodKey;
+    use crate::generate::output::PodKey;
 
     fn pod_of(containers: &[(&str, ContainerKind)]) -> GeneratedPod {
         GeneratedPod {
@@ -174,7 +174,7 @@ mod tests {
                 .iter()
                 .enumerate()
                 .map(
-                    |(i, (name, kind))| crate::localsync::generator_output::GeneratedContainer {
+                    |(i, (name, kind))| crate::generate::output::GeneratedContainer {
                         name: name.to_string(),
                         unit: format!("u{i}"),
                         kind: *kind,

@@ -2,18 +2,18 @@
 //! as systemd still runs them after their files are gone.
 
 use crate::common::paths::Paths;
-use crate::localsync::generator_output::{self, GeneratedPod, PodKey};
+use crate::generate::output::{self, GeneratedPod, PodKey};
 use crate::probe::results;
 use crate::status::pod::PodStatus;
-use crate::status::unit::UnitState;
 use crate::status::{self, knownpods, waiting};
+use crate::systemd::unit::UnitState;
 use crate::systemd::{self, Client};
 use std::collections::HashMap;
 
 /// Every pod podunit knows: rendered ones, then ones whose files are gone but still run.
 pub fn gather(client: &Client, paths: &Paths) -> Result<Vec<(GeneratedPod, bool)>, String> {
-    let dir = paths.host(generator_output::GENERATOR_DIR);
-    let desired = generator_output::scan(&dir).map_err(|e| e.to_string())?;
+    let dir = paths.host(output::GENERATOR_DIR);
+    let desired = output::scan(&dir).map_err(|e| e.to_string())?;
     let actual = client
         .list_units(systemd::UNIT_PATTERN)
         .map_err(|e| e.to_string())?;
@@ -53,7 +53,7 @@ pub fn pod_status(
         .and_then(|s| status::pod::source_of(s, paths));
     let mut obs = status::pod::observe(pod, &units);
     if let Some(pod_unit) = &pod.pod_unit {
-        let gen_dir = paths.host(generator_output::GENERATOR_DIR);
+        let gen_dir = paths.host(output::GENERATOR_DIR);
         let probes = results::plan_probes(&gen_dir, pod_unit);
         if !probes.is_empty() {
             let published = results::Results::load(&paths.host(results::RESULTS_FILE));

@@ -2,7 +2,7 @@
 use super::pods::{find, find_by, gather, pod_status};
 use crate::common::paths::Paths;
 use crate::common::timefmt;
-use crate::localsync::generator_output::{self, GeneratedPod, PodKey};
+use crate::generate::output::{self, GeneratedPod, PodKey};
 use crate::status::container::State;
 use crate::status::model::ContainerStatus;
 use crate::status::pod::{PodStatus, source_of};
@@ -39,8 +39,8 @@ pub struct Known {
 
 pub fn known(client: &Client, paths: &Paths) -> Known {
     let mut unreadable = Vec::new();
-    let report = crate::generate::report::read(&paths.host(generator_output::GENERATOR_DIR))
-        .unwrap_or_else(|e| {
+    let report =
+        crate::generate::report::read(&paths.host(output::GENERATOR_DIR)).unwrap_or_else(|e| {
             unreadable.push(e);
             None
         });

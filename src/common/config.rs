@@ -37,7 +37,7 @@ pub struct Config {
     /// `RestartMaxDelaySec=`). systemd 252 knows only a fixed `RestartSec=`.
     pub restart_backoff_steps: bool,
     /// Registry mirrors, CA files, insecure registries, the credentials file (docs/images.md).
-    pub registries: crate::image::registries::Registries,
+    pub registries: crate::common::registries::Registries,
     /// The kubelet API (logs, stats) that the API server proxies to: cluster mode only.
     pub kubelet_server: KubeletServer,
 }
@@ -321,12 +321,12 @@ mod tests {
         check(
             "registries.",
             &doc["registries"],
-            fields_of::<crate::image::registries::Registries>(),
+            fields_of::<crate::common::registries::Registries>(),
         );
         check(
             "registries.limits.",
             &doc["registries"]["limits"],
-            fields_of::<crate::image::limits::Limits>(),
+            fields_of::<crate::common::pull_limits::Limits>(),
         );
         check(
             "kubeletServer.",

@@ -7,6 +7,9 @@ pub mod diag;
 pub mod parallel;
 pub mod paths;
 pub mod policy;
+// The image sections of the node configuration (`registries:`), below everything that reads it.
+pub mod pull_limits;
 pub mod quantity;
+pub mod registries;
 pub mod text;
 pub mod timefmt;

@@ -10,7 +10,7 @@
 pub mod pty;
 pub mod session;
 
-use crate::localsync::generator_output::GeneratedPod;
+use crate::generate::output::GeneratedPod;
 use std::fmt;
 
 pub use session::{Exit, Session, Stdio, start};
@@ -112,7 +112,7 @@ pub fn cli_binary() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::localsync::generator_output::{ContainerKind, GeneratedContainer, PodKey};
+    use crate::generate::output::{ContainerKind, GeneratedContainer, PodKey};
 
     #[test]
     fn pods_and_containers_are_looked_up_by_name() {

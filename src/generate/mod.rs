@@ -2,6 +2,7 @@
 //! The generator, `podunit render` and `podunit check` all run [`generate`], so what they show is
 //! what boot gets.
 
+pub mod output;
 pub mod report;
 
 use crate::common::diag::Problem;

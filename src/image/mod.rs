@@ -3,12 +3,10 @@
 //! it may look at the local store, never at the network.
 
 pub mod digest;
-pub mod limits;
 pub mod manifest;
 pub mod platform;
 pub mod policy;
 pub mod reference;
-pub mod registries;
 pub mod store;
 
 pub use digest::Digest;

@@ -5,8 +5,7 @@
 use super::digest::Digest;
 use std::fmt;
 
-/// The registry Docker Hub names are resolved against.
-pub const DEFAULT_REGISTRY: &str = "docker.io";
+use crate::common::registries::{DEFAULT_REGISTRY, valid_registry};
 /// The tag used when a reference has neither tag nor digest.
 pub const DEFAULT_TAG: &str = "latest";
 const NAME_MAX: usize = 255;
@@ -145,38 +144,6 @@ impl std::str::FromStr for Reference {
     fn from_str(s: &str) -> Result<Self, String> {
         Reference::parse(s)
     }
-}
-
-/// `host`, `host:port`, `[v6]:port`; host labels of letters, digits and inner dashes.
-pub fn valid_registry(s: &str) -> bool {
-    let (host, port) = if let Some(rest) = s.strip_prefix('[') {
-        let Some((v6, after)) = rest.split_once(']') else {
-            return false;
-        };
-        if v6.is_empty() || !v6.bytes().all(|b| b.is_ascii_hexdigit() || b == b':') {
-            return false;
-        }
-        match after.strip_prefix(':') {
-            Some(p) => ("", Some(p)),
-            None if after.is_empty() => ("", None),
-            None => return false,
-        }
-    } else {
-        match s.rsplit_once(':') {
-            Some((h, p)) => (h, Some(p)),
-            None => (s, None),
-        }
-    };
-    let label_ok = |l: &str| {
-        !l.is_empty()
-            && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-            && !l.starts_with('-')
-            && !l.ends_with('-')
-    };
-    let host_ok = host.is_empty() && s.starts_with('[') || host.split('.').all(label_ok);
-    let port_ok =
-        port.is_none_or(|p| !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()));
-    host_ok && port_ok
 }
 
 /// `[a-z0-9]+(?:(?:[._]|__|[-]+)[a-z0-9]+)*`

@@ -4,7 +4,7 @@
 //! the store's lock). A read that blocks is ended by the client's per-read timeout, set to the
 //! same window; this wrapper turns both into a message naming the limit.
 
-use super::limits::Limits;
+use crate::common::pull_limits::Limits;
 use std::io::{self, Read};
 use std::time::{Duration, Instant};
 

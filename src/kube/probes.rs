@@ -3,7 +3,7 @@
 //! PodStatus the agent posts.
 
 use super::agent::Msg;
-use crate::localsync::generator_output::PodKey;
+use crate::generate::output::PodKey;
 use crate::probe::results::{Results, overlay_observed};
 use crate::probe::spec::pod_probes;
 use crate::status::model::Observed;

@@ -5,7 +5,7 @@
 //! without touching the loops.
 
 use crate::kube::hook_events::{self, HookExit};
-use crate::status::unit::{ExitKind, UnitState};
+use crate::systemd::unit::{ExitKind, UnitState};
 use std::collections::{BTreeSet, HashMap};
 use std::process::Command;
 use std::time::Duration;
@@ -243,7 +243,7 @@ fn parse_show(text: &str) -> HashMap<String, UnitState> {
                     };
                     let argv: Vec<String> = field("argv[]=").split(' ').map(String::from).collect();
                     (u.exec_path, u.exec_search) =
-                        crate::status::unit::container_program(field("path="), &argv);
+                        crate::systemd::unit::container_program(field("path="), &argv);
                 }
                 _ => {}
             }

@@ -127,7 +127,7 @@ fn session(
     ch: &mut dyn Channels,
     protocol: &str,
     o: &Options,
-    target: (&crate::localsync::generator_output::PodKey, &str),
+    target: (&crate::generate::output::PodKey, &str),
     running: &dyn Fn() -> bool,
 ) {
     let out = if o.stdout {
@@ -167,7 +167,7 @@ impl Write for Output<'_, '_> {
 fn follow(
     conn: &RefCell<&mut dyn Channels>,
     channel: Channel,
-    (pod, container): (&crate::localsync::generator_output::PodKey, &str),
+    (pod, container): (&crate::generate::output::PodKey, &str),
     running: &dyn Fn() -> bool,
 ) {
     let now = std::time::SystemTime::now()

@@ -26,7 +26,7 @@ use super::server::{State, Tls};
 use super::spdy;
 use super::spdyconn::{self, Conn, OwnedFrame};
 use super::{portforward_ws, wsconn};
-use crate::localsync::generator_output::{self, GeneratedPod};
+use crate::generate::output::{self, GeneratedPod};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
@@ -120,7 +120,7 @@ pub(super) fn port_forward(state: &State, stream: &mut Tls, req: &Request, rest:
 /// The pod unit, when the one the generator wrote has a network namespace of its own.
 fn private_network(state: &State, pod: &GeneratedPod) -> Option<String> {
     let unit = pod.pod_unit.as_ref()?;
-    let path = state.paths.host(generator_output::GENERATOR_DIR).join(unit);
+    let path = state.paths.host(output::GENERATOR_DIR).join(unit);
     let text = std::fs::read_to_string(path).ok()?;
     text.lines()
         .any(|l| l.trim() == "PrivateNetwork=yes")

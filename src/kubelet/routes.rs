@@ -5,7 +5,7 @@ use super::auth::{self, Denied};
 use super::http::{self, Request};
 use super::server::{State, Tls, peer_alive};
 use super::{query, stats};
-use crate::localsync::generator_output::{self, GeneratedPod};
+use crate::generate::output::{self, GeneratedPod};
 use crate::logs::{self, LogError};
 
 pub(super) const TEXT: &str = "text/plain; charset=utf-8";
@@ -75,7 +75,7 @@ fn reply(stream: &mut Tls, req: &Request, status: u16, ctype: &str, body: &[u8])
 }
 
 pub(super) fn generated_pods(state: &State) -> Vec<GeneratedPod> {
-    generator_output::scan(&state.paths.host(generator_output::GENERATOR_DIR)).unwrap_or_default()
+    output::scan(&state.paths.host(output::GENERATOR_DIR)).unwrap_or_default()
 }
 
 fn sample(state: &State) -> stats::Sample {

@@ -3,7 +3,7 @@
 //! volumes' filesystem use from their directories. Working set is usage less inactive file pages,
 //! as cAdvisor counts it.
 
-use crate::localsync::generator_output::GeneratedPod;
+use crate::generate::output::GeneratedPod;
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
@@ -482,7 +482,7 @@ pub fn resource_metrics(s: &Sample) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::localsync::generator_output::PodKey;
+    use crate::generate::output::PodKey;
 
     #[test]
     fn v2_and_v1_files_give_the_same_usage() {

@@ -17,11 +17,11 @@
 //! as the kubelet shows them.
 
 use crate::common::paths::Paths;
+use crate::generate::output::GeneratedPod;
 use crate::generate::report::{WaitingImage, WaitingPod};
 use crate::image::auth::Keyring;
 use crate::image::policy::{self, AtStart};
 use crate::image::queue::{self, PullQueue, Request};
-use crate::localsync::generator_output::GeneratedPod;
 use crate::localsync::{Msg, log};
 use crate::status::waiting::{self, Record, Writer};
 use crate::translate::plan::{PLAN_DIR, PodPlan};
@@ -512,17 +512,17 @@ mod tests {
             ..PodPlan::default()
         };
         let pod = |unit: &str| GeneratedPod {
-            key: crate::localsync::generator_output::PodKey {
+            key: crate::generate::output::PodKey {
                 namespace: "default".into(),
                 name: unit.into(),
             },
             uid: Some("u".into()),
             pod_unit: Some(format!("{unit}.service")),
             slice: None,
-            containers: vec![crate::localsync::generator_output::GeneratedContainer {
+            containers: vec![crate::generate::output::GeneratedContainer {
                 name: "app".into(),
                 unit: format!("{unit}-app.service"),
-                kind: crate::localsync::generator_output::ContainerKind::App,
+                kind: crate::generate::output::ContainerKind::App,
                 order: 0,
                 restart: "always".into(),
                 stop_timeout_s: None,

@@ -4,7 +4,6 @@
 //! forward events into its channel (D-Bus signals, SIGTERM, manifest changes), so a termination
 //! request is handled between two reconciles, never in the middle of writing the record.
 
-pub mod generator_output;
 pub mod heap;
 pub mod images;
 pub mod reconcile;
@@ -12,8 +11,8 @@ pub mod statefile;
 pub mod watch;
 
 use crate::common::paths::Paths;
+use crate::generate::output::{self, GeneratedPod};
 use crate::systemd::{self, Client, Event};
-use generator_output::GeneratedPod;
 use reconcile::{Action, State};
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -34,7 +33,7 @@ pub struct Options {
 impl Options {
     pub fn from_paths(paths: Paths) -> Self {
         Options {
-            generator_dir: paths.host(generator_output::GENERATOR_DIR),
+            generator_dir: paths.host(output::GENERATOR_DIR),
             state_file: paths.host(statefile::STATE_FILE),
             paths,
         }
@@ -45,7 +44,7 @@ impl Options {
 pub enum Error {
     Systemd(systemd::Error),
     State(statefile::Error),
-    Generated(generator_output::Error),
+    Generated(output::Error),
 }
 
 impl fmt::Display for Error {
@@ -70,8 +69,8 @@ impl From<statefile::Error> for Error {
         Error::State(e)
     }
 }
-impl From<generator_output::Error> for Error {
-    fn from(e: generator_output::Error) -> Self {
+impl From<output::Error> for Error {
+    fn from(e: output::Error) -> Self {
         Error::Generated(e)
     }
 }
@@ -117,7 +116,7 @@ pub struct Syncer {
     /// (deadline, unit, stop job): SIGKILL the unit if its stop job is still running then.
     kill_at: Vec<(Instant, String, String)>,
     /// Removed pods whose directories go once no stop job is left.
-    pending_cleanups: Vec<(crate::localsync::generator_output::PodKey, String)>,
+    pending_cleanups: Vec<(crate::generate::output::PodKey, String)>,
     /// Start jobs of the cleanup units that run, and the pod (`namespace/name`) each is for: its
     /// entry in the record's `removed` goes once the job is done.
     cleanup_jobs: HashMap<String, String>,
@@ -144,7 +143,7 @@ impl Syncer {
     }
 
     fn desired(&self) -> Result<Vec<GeneratedPod>, Error> {
-        Ok(generator_output::scan(&self.opts.generator_dir)?)
+        Ok(output::scan(&self.opts.generator_dir)?)
     }
 
     /// Loaded `podunit-*` units. Pod units the generator did not render this time get their
@@ -153,7 +152,7 @@ impl Syncer {
     fn actual(
         &self,
         desired: &[GeneratedPod],
-    ) -> Result<Vec<crate::status::unit::ListedUnit>, Error> {
+    ) -> Result<Vec<crate::systemd::unit::ListedUnit>, Error> {
         let rendered: HashSet<String> = desired.iter().flat_map(|p| p.units()).collect();
         let mut units = self.client.list_units(systemd::UNIT_PATTERN)?;
         let mut gone = HashSet::new();
@@ -288,11 +287,7 @@ impl Syncer {
     /// into its new manifest: `ResetFailedUnit` clears it first. Not for API pods (an updated
     /// API pod is the same pod), nor for a pod rendered again because its `Always` image tag
     /// moved: there the kubelet restarts the same container and its count goes on.
-    fn count_restarts_from_zero(
-        &mut self,
-        desired: &[GeneratedPod],
-        key: &generator_output::PodKey,
-    ) {
+    fn count_restarts_from_zero(&mut self, desired: &[GeneratedPod], key: &output::PodKey) {
         let Some(pod) = desired.iter().find(|p| p.key == *key) else {
             return;
         };
@@ -427,7 +422,7 @@ impl Syncer {
             Ok(r) => images.set_waiting(r.map(|r| r.waiting).unwrap_or_default()),
             Err(e) => warn(&format!("the generator's report: {e}")),
         }
-        match generator_output::scan(&self.opts.generator_dir) {
+        match output::scan(&self.opts.generator_dir) {
             Ok(pods) => {
                 let spool = self.opts.paths.host(Paths::SPOOL);
                 let dir = &self.opts.generator_dir;

@@ -13,8 +13,8 @@
 //! - a removed pod stays in the record (`removed`) until its directories are gone, so a restart of
 //!   podunit-sync at any moment still enforces its grace period and removes them.
 
-use crate::localsync::generator_output::{GeneratedPod, PodKey};
-use crate::status::unit::ListedUnit;
+use crate::generate::output::{GeneratedPod, PodKey};
+use crate::systemd::unit::ListedUnit;
 use crate::translate::naming;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -228,7 +228,7 @@ pub fn unseen_spool(spool_files: &[String], desired: &[GeneratedPod]) -> Vec<Str
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::localsync::generator_output::{ContainerKind, GeneratedContainer};
+    use crate::generate::output::{ContainerKind, GeneratedContainer};
 
     const BOOT: &str = "b1";
 

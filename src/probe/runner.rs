@@ -14,7 +14,7 @@ use super::results::{ContainerResult, RESULTS_FILE, Results};
 use super::spec::{ContainerProbes, Kind, Probe};
 use super::state::{Container, Millis, Outcome, Step};
 use crate::common::paths::Paths;
-use crate::localsync::generator_output::{self, PodKey};
+use crate::generate::output::{self, PodKey};
 use crate::systemd::{Client, Event};
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -136,7 +136,7 @@ fn podunit_bin() -> String {
 pub fn spawn(paths: &Paths, sink: Box<dyn Sink>) -> Handle {
     let handle = Handle::default();
     let h = handle.clone();
-    let generator_dir = paths.host(generator_output::GENERATOR_DIR);
+    let generator_dir = paths.host(output::GENERATOR_DIR);
     let results_path = paths.host(RESULTS_FILE);
     std::thread::spawn(move || {
         let client = match Client::system() {
@@ -242,7 +242,7 @@ impl Runner {
 
     /// Reads which containers have probes from the generator's plans.
     fn rescan(&mut self) {
-        let pods = match generator_output::scan(&self.generator_dir) {
+        let pods = match output::scan(&self.generator_dir) {
             Ok(p) => p,
             Err(e) => return log(&format!("probes: {e}")),
         };

@@ -405,7 +405,7 @@ fn same_quantity(resource: &str, a: &str, b: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::localsync::generator_output::ContainerKind;
+    use crate::generate::output::ContainerKind;
 
     fn pod(yaml: &str) -> Pod {
         serde_saphyr::from_str(yaml).unwrap()

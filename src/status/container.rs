@@ -2,9 +2,9 @@
 //! when, terminated with which exit code. Pure; the status model ([`crate::status::model`]) derives
 //! every container's state here, for local and API pods alike.
 
-use crate::localsync::generator_output::ContainerKind;
+use crate::generate::output::ContainerKind;
 use crate::status::start_error;
-use crate::status::unit::ExitKind;
+use crate::systemd::unit::{ExitKind, SpawnFailure, UnitState};
 use serde::{Serialize, Serializer};
 
 /// Serialises µs since the epoch as RFC 3339, 0 (never) as null.
@@ -60,10 +60,25 @@ pub struct UnitFacts<'a> {
     pub main_pid: u32,
     /// The journal's account of a step that failed before `execve()`, when the exit status
     /// says one did and the journal has it.
-    pub start_error: Option<&'a start_error::Detail>,
+    pub start_error: Option<&'a SpawnFailure>,
 }
 
-impl UnitFacts<'_> {
+impl<'a> UnitFacts<'a> {
+    /// What a container's state depends on, of what systemd says about its unit.
+    pub fn of(u: &'a UnitState) -> Self {
+        UnitFacts {
+            active_state: &u.active_state,
+            sub_state: &u.sub_state,
+            result: &u.result,
+            exit: u.exec_main_code,
+            exit_status: u.exec_main_status,
+            start_us: u.exec_main_start_us,
+            exit_us: u.exec_main_exit_us,
+            main_pid: u.main_pid,
+            start_error: u.start_error.as_ref(),
+        }
+    }
+
     /// Whether its main process ever ran.
     fn ran(&self) -> bool {
         self.exit != ExitKind::None || self.start_us != 0
@@ -242,7 +257,7 @@ mod tests {
             State::Terminated { reason, .. } if reason == "OOMKilled"
         ));
         // systemd could not exec the command: a start error, as containerd reports it.
-        let detail = start_error::Detail {
+        let detail = SpawnFailure {
             executable: "/bin/app".into(),
             errno: Some(2),
         };

@@ -3,8 +3,8 @@
 //! ([`crate::status::waiting`]), and what to tell people under the table. Pure.
 
 use crate::common::paths::Source;
+use crate::generate::output::ContainerKind;
 use crate::generate::report::{RefusedFile, RefusedPod, Report, WaitingPod, one_line};
-use crate::localsync::generator_output::ContainerKind;
 use crate::status::container::State;
 use crate::status::model::ContainerStatus;
 use crate::status::phase::Phase;

@@ -14,5 +14,4 @@ pub mod phase;
 pub mod pod;
 pub mod start_detail;
 pub mod start_error;
-pub mod unit;
 pub mod waiting;

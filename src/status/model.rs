@@ -1,13 +1,13 @@
 //! The status model: a pod's units -> each container's status -> the pod's phase, conditions and
 //! start time, computed once ([`observe`]). Both kinds of pod feed it the same inputs, systemd's
-//! [`crate::status::unit::UnitState`] of each unit: a local pod ([`crate::status::pod`]) with the
+//! [`crate::systemd::unit::UnitState`] of each unit: a local pod ([`crate::status::pod`]) with the
 //! generator's record of it, an API pod ([`crate::status::observe`]) with its spec. What each program shows
 //! is a projection of the one [`Observed`]: `podunit status`'s row and JSON ([`crate::status::pod`]),
 //! the PodStatus the cluster agent posts ([`crate::status::api`]). Probe results
 //! ([`crate::probe::results::overlay_observed`]) set its containers' `ready` and `started` before
 //! any projection, so READY and the `Ready` conditions follow from the model alone.
 
-use crate::localsync::generator_output::ContainerKind;
+use crate::generate::output::ContainerKind;
 use crate::status::container::{self, State, UnitFacts};
 use crate::status::phase::{self, App, Phase, Restart};
 use serde::Serialize;
@@ -160,9 +160,9 @@ pub fn observe(pod: PodUnit, containers: &[ContainerUnit]) -> Observed {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::localsync::generator_output::{GeneratedContainer, GeneratedPod, PodKey};
+    use crate::generate::output::{GeneratedContainer, GeneratedPod, PodKey};
     use crate::probe::results::{ContainerResult, Results, overlay_observed};
-    use crate::status::unit::{ExitKind, UnitState};
+    use crate::systemd::unit::{ExitKind, UnitState};
     use crate::translate::naming;
     use std::collections::HashMap;
 

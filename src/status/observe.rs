@@ -1,10 +1,10 @@
 //! The status model ([`crate::status::model`]) of an API pod: its spec names the containers and the
 //! restart policy, systemd's unit states ([`UnitState`]) say how they run. Pure.
 
-use crate::localsync::generator_output::ContainerKind;
+use crate::generate::output::ContainerKind;
 use crate::status::model::{self, ContainerUnit, Observed, PodUnit};
 use crate::status::phase::Restart;
-use crate::status::unit::UnitState;
+use crate::systemd::unit::UnitState;
 use crate::translate::naming;
 use k8s_openapi::api::core::v1::Pod;
 use std::collections::HashMap;
@@ -53,7 +53,7 @@ pub fn observe(pod: &Pod, units: &HashMap<String, UnitState>) -> Observed {
                 unit,
                 kind: *kind,
                 restart: Restart::of_container(*kind, policy),
-                facts: u.facts(),
+                facts: crate::status::container::UnitFacts::of(u),
                 restart_count: u.n_restarts,
             }
         })
@@ -90,7 +90,7 @@ mod tests {
     use super::*;
     use crate::status::container::State;
     use crate::status::phase::Phase;
-    use crate::status::unit::ExitKind;
+    use crate::systemd::unit::ExitKind;
 
     fn pod(restart: &str) -> Pod {
         serde_saphyr::from_str(&format!(

@@ -3,7 +3,7 @@
 //! when an init container is done or has failed for good, whether a terminated container runs
 //! again, and the phase (the kubelet's `getPhase`).
 
-use crate::localsync::generator_output::ContainerKind;
+use crate::generate::output::ContainerKind;
 use crate::status::container::State;
 use serde::Serialize;
 

@@ -3,11 +3,11 @@
 //! (READY, STATUS, RESTARTS) and the JSON of `podunit status -o json`.
 
 use crate::common::paths::Source;
-use crate::localsync::generator_output::{ContainerKind, GeneratedContainer, GeneratedPod, PodKey};
+use crate::generate::output::{ContainerKind, GeneratedContainer, GeneratedPod, PodKey};
 use crate::status::container::{State, ser_time};
 use crate::status::model::{self, ContainerStatus, ContainerUnit, Observed, PodUnit};
 use crate::status::phase::{Phase, Restart};
-use crate::status::unit::{ListedUnit, UnitState};
+use crate::systemd::unit::{ListedUnit, UnitState};
 use crate::translate::naming::{self, Parsed};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
@@ -69,7 +69,7 @@ pub fn observe(pod: &GeneratedPod, units: &HashMap<String, UnitState>) -> Observ
                 unit: &c.unit,
                 kind: c.kind,
                 restart: Restart::from_unit(&c.restart),
-                facts: u.facts(),
+                facts: crate::status::container::UnitFacts::of(u),
                 restart_count: u.n_restarts,
             }
         })
@@ -271,7 +271,7 @@ pub fn source_of(source_path: &str, paths: &crate::common::paths::Paths) -> Opti
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::status::unit::ExitKind;
+    use crate::systemd::unit::ExitKind;
 
     const T0: u64 = 1_700_000_000_000_000;
 
@@ -483,7 +483,7 @@ mod tests {
         assert_eq!(s.message, None);
         // systemd could not exec the command (203/EXEC): a start error, said under the table.
         let mut u = exited(ExitKind::Exited, 203, "activating", "auto-restart");
-        u.start_error = Some(crate::status::start_error::Detail {
+        u.start_error = Some(crate::systemd::unit::SpawnFailure {
             executable: "/bin/app".into(),
             errno: Some(2),
         });

@@ -13,8 +13,8 @@
 //!
 //! Read for the units whose exit status says a step failed, and kept per run.
 
-use crate::status::start_error::Detail;
-use crate::status::unit::UnitState;
+use crate::systemd::unit::SpawnFailure;
+use crate::systemd::unit::UnitState;
 use std::collections::HashMap;
 use std::path::Path;
 use std::process::Command;
@@ -46,20 +46,20 @@ pub fn journal_args(unit: &str, invocation: &str) -> Vec<String> {
 }
 
 /// The first entry of journalctl's JSON lines, as [`journal_args`] asks for it.
-pub fn parse(text: &str) -> Option<Detail> {
+pub fn parse(text: &str) -> Option<SpawnFailure> {
     let v: serde_json::Value = serde_json::from_str(text.lines().next()?).ok()?;
     let executable = v.get("EXECUTABLE")?.as_str()?.to_string();
     let errno = v
         .get("ERRNO")
         .and_then(|e| e.as_str())
         .and_then(|e| e.parse().ok());
-    Some(Detail { executable, errno })
+    Some(SpawnFailure { executable, errno })
 }
 
 /// Accounts already read, by invocation ID.
-static SEEN: Mutex<Option<HashMap<String, Detail>>> = Mutex::new(None);
+static SEEN: Mutex<Option<HashMap<String, SpawnFailure>>> = Mutex::new(None);
 
-fn read(unit: &str, invocation: &str) -> Option<Detail> {
+fn read(unit: &str, invocation: &str) -> Option<SpawnFailure> {
     if let Some(d) = SEEN
         .lock()
         .ok()?
@@ -86,7 +86,9 @@ fn read(unit: &str, invocation: &str) -> Option<Detail> {
 
 /// Fills in what failed for every unit whose last run did not start.
 pub fn fill(units: &mut HashMap<String, UnitState>) {
-    for u in units.values_mut().filter(|u| u.start_failed()) {
+    for u in units.values_mut().filter(|u| {
+        crate::status::start_error::is_start_error(u.exec_main_code, u.exec_main_status)
+    }) {
         u.start_error = read(&u.name, &u.invocation_id).or_else(|| {
             (u.exec_main_status == EXIT_EXEC && !u.exec_path.is_empty())
                 .then(|| program_detail(Path::new(&u.root_directory), &u.exec_path, &u.exec_search))
@@ -100,9 +102,9 @@ const EXIT_EXEC: i32 = 203;
 /// What `execve()` of `program` would meet inside `root`: a path as it is; a bare name in each
 /// `search` directory in turn, as `execvp` looks (the first that is there is the one), and not
 /// found at all when none has it.
-fn program_detail(root: &Path, program: &str, search: &str) -> Detail {
+fn program_detail(root: &Path, program: &str, search: &str) -> SpawnFailure {
     if program.contains('/') {
-        return Detail {
+        return SpawnFailure {
             executable: program.to_string(),
             errno: lookup_in_root(root, program),
         };
@@ -112,14 +114,14 @@ fn program_detail(root: &Path, program: &str, search: &str) -> Detail {
         match lookup_in_root(root, &candidate) {
             Some(e) if e == nix::errno::Errno::ENOENT as i32 => continue,
             errno => {
-                return Detail {
+                return SpawnFailure {
                     executable: candidate,
                     errno,
                 };
             }
         }
     }
-    Detail {
+    SpawnFailure {
         executable: program.to_string(),
         errno: Some(nix::errno::Errno::ENOENT as i32),
     }
@@ -209,7 +211,7 @@ mod tests {
         let line = r#"{"__CURSOR":"c","EXECUTABLE":"/bin/app","ERRNO":"2"}"#;
         assert_eq!(
             parse(line),
-            Some(Detail {
+            Some(SpawnFailure {
                 executable: "/bin/app".into(),
                 errno: Some(2)
             })

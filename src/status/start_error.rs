@@ -11,7 +11,7 @@
 //! journal's account of the failed step (systemd's "Failed at step EXEC spawning ..." entry,
 //! with `EXECUTABLE=` and `ERRNO=`) is read by the callers ([`crate::status::start_detail`]).
 
-use crate::status::unit::ExitKind;
+use crate::systemd::unit::{ExitKind, SpawnFailure};
 
 /// The kubelet's (containerd's) reason for a container whose process could not be started.
 pub const REASON: &str = "StartError";
@@ -153,15 +153,6 @@ pub fn is_start_error(exit: ExitKind, status: i32) -> bool {
     exit == ExitKind::Exited && step(status).is_some()
 }
 
-/// The journal's account of the failed step, when it has one.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Detail {
-    /// `EXECUTABLE=`: the program systemd was about to run.
-    pub executable: String,
-    /// `ERRNO=`: why the step failed.
-    pub errno: Option<i32>,
-}
-
 /// `errno` as Go spells it in the runtime's messages (lower case, as `syscall.Errno.Error()`).
 fn errno_text(errno: i32) -> String {
     let text = nix::errno::Errno::from_raw(errno).desc();
@@ -175,7 +166,7 @@ fn errno_text(errno: i32) -> String {
 /// The message of a start error with exit `status`: the runtime's words where the journal says
 /// what failed (runc's `exec: "/bin/app": stat /bin/app: no such file or directory` for a
 /// command that is not there), then systemd's status and what systemd.exec(5) says it means.
-pub fn message(status: i32, detail: Option<&Detail>) -> String {
+pub fn message(status: i32, detail: Option<&SpawnFailure>) -> String {
     let (code, name, meaning) = step(status).copied().unwrap_or((status, "", ""));
     let systemd = if name.is_empty() {
         format!("systemd: status={code}")
@@ -215,7 +206,7 @@ mod tests {
 
     #[test]
     fn messages_say_what_the_runtime_would_then_what_systemd_did() {
-        let missing = Detail {
+        let missing = SpawnFailure {
             executable: "/bin/app".into(),
             errno: Some(2),
         };
@@ -226,7 +217,7 @@ mod tests {
              system call); most likely this is caused by a missing or non-accessible executable \
              file)"
         );
-        let denied = Detail {
+        let denied = SpawnFailure {
             errno: Some(13),
             ..missing.clone()
         };
@@ -235,7 +226,7 @@ mod tests {
             "{}",
             message(203, Some(&denied))
         );
-        let chdir = Detail {
+        let chdir = SpawnFailure {
             errno: Some(2),
             ..missing
         };

@@ -4,8 +4,9 @@
 
 pub mod notify;
 pub mod props;
+pub mod unit;
 
-use crate::status::unit::{ListedUnit, UnitState};
+use crate::systemd::unit::{ListedUnit, UnitState};
 use std::collections::HashMap;
 use std::fmt;
 use zbus::blocking::{Connection, MessageIterator};

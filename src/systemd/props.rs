@@ -2,7 +2,7 @@
 //! [`UnitState`], `ListUnits` rows to [`ListedUnit`], unit names to object paths and back.
 //! No bus needed, so all of it is unit-tested.
 
-use crate::status::unit::{ExitKind, ListedUnit, UnitState};
+use crate::systemd::unit::{ExitKind, ListedUnit, UnitState};
 use std::collections::HashMap;
 use zbus::zvariant::{OwnedObjectPath, OwnedValue, Value};
 
@@ -153,7 +153,7 @@ pub fn unit_state(
     service: &HashMap<String, OwnedValue>,
 ) -> UnitState {
     let (path, argv) = exec_command(service, "ExecStart");
-    let (exec_path, exec_search) = crate::status::unit::container_program(&path, &argv);
+    let (exec_path, exec_search) = crate::systemd::unit::container_program(&path, &argv);
     UnitState {
         name: name.to_string(),
         load_state: string(unit, "LoadState"),

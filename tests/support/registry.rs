@@ -4,10 +4,10 @@
 //! (`Registry::serving` in tests/image/registry.rs starts the registry, on the host or in a
 //! machine's network through [`in_machine_network`].)
 
+use podunit::common::registries::Registries;
 use podunit::image::auth::Keyring;
 use podunit::image::error::PullError;
 use podunit::image::pull::Puller;
-use podunit::image::registries::Registries;
 use podunit::image::registry::Client;
 use podunit::image::{Reference, ResolvedImage, Store};
 use std::path::Path;

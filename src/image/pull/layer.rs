@@ -4,9 +4,9 @@
 //! hostile input (src/image/unpack.rs).
 
 use super::blob::BUF;
+use crate::common::pull_limits::Limits;
 use crate::image::digest::{Digest, HashingReader};
 use crate::image::error::PullErrorKind;
-use crate::image::limits::Limits;
 use crate::image::manifest::{Compression, Descriptor};
 use crate::image::store::StoreError;
 use crate::image::unpack::bounds::{Bounded, Room, Violation};

@@ -13,11 +13,11 @@ use super::digest::Digest;
 use super::error::{PullError, PullErrorKind};
 use super::manifest::{CONFIG_MAX, Descriptor, ImageConfig, Manifest, Platform};
 use super::reference::Reference;
-use super::registries::Endpoint;
 use super::registry::Client;
 use super::store::write::{Commit, Lock, is_no_space};
 use super::store::{RefRecord, ResolvedImage, Store, StoreError};
 use super::transfer::Budget;
+use crate::common::registries::Endpoint;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64};
 
@@ -77,7 +77,7 @@ impl NodePull {
             .registries
             .credentials
             .clone()
-            .unwrap_or_else(|| crate::image::registries::DEFAULT_CREDENTIALS.into());
+            .unwrap_or_else(|| crate::common::registries::DEFAULT_CREDENTIALS.into());
         let keyring = crate::image::auth::Keyring::load_node_file(
             &paths.host(&creds_file.to_string_lossy()),
         )?;

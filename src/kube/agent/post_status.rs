@@ -11,7 +11,7 @@ use crate::kube::waitrecord;
 use crate::status::api;
 use crate::status::container::State;
 use crate::status::observe;
-use crate::status::unit::UnitState;
+use crate::systemd::unit::UnitState;
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use std::collections::HashMap;
 

@@ -27,7 +27,7 @@ pub struct Registries {
     /// Default: [`DEFAULT_CREDENTIALS`] (when it exists).
     pub credentials: Option<PathBuf>,
     /// Bounds on what a registry can make one pull cost.
-    pub limits: super::limits::Limits,
+    pub limits: crate::common::pull_limits::Limits,
 }
 
 /// Where to send requests for one registry: the mirrors first, then the registry itself.
@@ -40,6 +40,41 @@ pub struct Endpoint {
     pub is_mirror: bool,
 }
 
+/// The registry of a reference that names none (Docker Hub).
+pub const DEFAULT_REGISTRY: &str = "docker.io";
+
+/// `host`, `host:port`, `[v6]:port`; host labels of letters, digits and inner dashes.
+pub fn valid_registry(s: &str) -> bool {
+    let (host, port) = if let Some(rest) = s.strip_prefix('[') {
+        let Some((v6, after)) = rest.split_once(']') else {
+            return false;
+        };
+        if v6.is_empty() || !v6.bytes().all(|b| b.is_ascii_hexdigit() || b == b':') {
+            return false;
+        }
+        match after.strip_prefix(':') {
+            Some(p) => ("", Some(p)),
+            None if after.is_empty() => ("", None),
+            None => return false,
+        }
+    } else {
+        match s.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (s, None),
+        }
+    };
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    let host_ok = host.is_empty() && s.starts_with('[') || host.split('.').all(label_ok);
+    let port_ok =
+        port.is_none_or(|p| !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()));
+    host_ok && port_ok
+}
+
 impl Registries {
     pub fn is_insecure(&self, host: &str) -> bool {
         self.insecure.iter().any(|h| h == host)
@@ -47,7 +82,7 @@ impl Registries {
 
     fn endpoint(&self, host: &str, is_mirror: bool) -> Endpoint {
         // Docker Hub's API is served by registry-1.docker.io, not docker.io.
-        let api = if host == super::reference::DEFAULT_REGISTRY {
+        let api = if host == DEFAULT_REGISTRY {
             "registry-1.docker.io"
         } else {
             host
@@ -88,7 +123,7 @@ impl Registries {
             .chain(self.ca.keys().map(|h| ("ca", h)))
             .chain(self.insecure.iter().map(|h| ("insecure", h)));
         for (field, h) in hosts {
-            if !super::reference::valid_registry(h) {
+            if !valid_registry(h) {
                 out.push(format!("registries.{field}: {h:?} is not a host[:port]"));
             }
         }

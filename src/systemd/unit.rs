@@ -1,8 +1,6 @@
 //! What systemd says about a unit, as plain data. The D-Bus client ([`crate::systemd`]) and the
-//! node agent's `systemctl` edge ([`crate::kube::units`]) fill these; reconcile and status read
+//! node agent's `systemctl` edge (`podunit-sync`'s `systemctl show` reader) fill these; reconcile and status read
 //! them, so both stay pure and testable without a bus.
-
-use crate::status::container::UnitFacts;
 
 /// One row of `ListUnits`/`ListUnitsByPatterns`.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -71,6 +69,16 @@ impl ExitKind {
     }
 }
 
+/// The journal's account of a step that failed before `execve()` ("Failed at step EXEC
+/// spawning ..."), when it has one.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SpawnFailure {
+    /// `EXECUTABLE=`: the program systemd was about to run.
+    pub executable: String,
+    /// `ERRNO=`: why the step failed.
+    pub errno: Option<i32>,
+}
+
 /// The properties of one unit (service) that status needs, for local and API pods alike.
 /// Timestamps are µs since the epoch, 0 = never, as systemd reports them.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -99,32 +107,11 @@ pub struct UnitState {
     pub exec_search: String,
     pub root_directory: String,
     /// What failed of a start whose exit status says a step before `execve()` did
-    /// ([`crate::status::start_detail`] fills it).
-    pub start_error: Option<crate::status::start_error::Detail>,
+    /// (the status model fills it from the journal).
+    pub start_error: Option<SpawnFailure>,
 }
 
 impl UnitState {
-    /// Whether its main process last ended with one of systemd's statuses for a step that failed
-    /// before `execve()`: then the journal tells which and why.
-    pub fn start_failed(&self) -> bool {
-        crate::status::start_error::is_start_error(self.exec_main_code, self.exec_main_status)
-    }
-
-    /// What a container's state depends on ([`crate::status::container`]).
-    pub fn facts(&self) -> UnitFacts<'_> {
-        UnitFacts {
-            active_state: &self.active_state,
-            sub_state: &self.sub_state,
-            result: &self.result,
-            exit: self.exec_main_code,
-            exit_status: self.exec_main_status,
-            start_us: self.exec_main_start_us,
-            exit_us: self.exec_main_exit_us,
-            main_pid: self.main_pid,
-            start_error: self.start_error.as_ref(),
-        }
-    }
-
     /// The unit as systemd knows it without its file: a unit that was never loaded.
     pub fn absent(name: &str) -> Self {
         UnitState {
