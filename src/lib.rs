@@ -22,6 +22,9 @@ pub mod translate;
 // Runs at pod start, as root.
 #[cfg(feature = "cli")]
 pub mod podstart;
+// Runs probes and hooks: the checks, entering a container, the runner in podunit-sync.
+#[cfg(feature = "cli")]
+pub mod prober;
 // Starts a container in a PID namespace of its own (its unit's ExecStart=).
 #[cfg(feature = "cli")]
 pub mod pidinit;

@@ -2,8 +2,8 @@
 //! serving the standard health service (tests/grpc/health_server.py). Fails, never skips, without
 //! python3-grpcio (installed by tests/setup.sh).
 
-use podunit::probe::grpc::probe;
 use podunit::probe::state::Outcome;
+use podunit::prober::grpc::probe;
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};

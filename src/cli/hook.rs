@@ -1,4 +1,4 @@
-//! `podunit hook`: runs an `httpGet` or `sleep` lifecycle hook (see [`crate::probe::hook_run`]),
+//! `podunit hook`: runs an `httpGet` or `sleep` lifecycle hook (see [`crate::prober::hook_run`]),
 //! or an exec preStop inside the container (see [`crate::probe::hook::helper_args`]).
 //! Written into container units as `ExecStartPost=`/`ExecStop=`, never run by people.
 
@@ -50,7 +50,7 @@ enum Handler {
 }
 
 pub fn run(a: Args) -> ExitCode {
-    use crate::probe::{check::Get, hook_run};
+    use crate::prober::{check::Get, hook_run};
     if a.pre_stop && !hook_run::main_process_running(std::env::var("MAINPID").ok().as_deref()) {
         return ExitCode::SUCCESS;
     }
@@ -117,7 +117,7 @@ pub fn run(a: Args) -> ExitCode {
 /// caller), so that systemd sees the command's own exit (its journal entry is what a failure's
 /// event is read from). 126 when the container cannot be entered, as stage two exits then.
 fn exec(command: &[String]) -> ExitCode {
-    use crate::probe::{exec, hook_run};
+    use crate::prober::{exec, hook_run};
     use std::os::unix::process::CommandExt;
     let pid = std::env::var("MAINPID")
         .ok()

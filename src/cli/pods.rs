@@ -3,8 +3,8 @@
 
 use crate::common::paths::Paths;
 use crate::generate::output::{self, GeneratedPod, PodKey};
-use crate::probe::results;
 use crate::status::pod::PodStatus;
+use crate::status::probes;
 use crate::status::{self, knownpods, waiting};
 use crate::systemd::unit::UnitState;
 use crate::systemd::{self, Client};
@@ -54,10 +54,10 @@ pub fn pod_status(
     let mut obs = status::pod::observe(pod, &units);
     if let Some(pod_unit) = &pod.pod_unit {
         let gen_dir = paths.host(output::GENERATOR_DIR);
-        let probes = results::plan_probes(&gen_dir, pod_unit);
-        if !probes.is_empty() {
-            let published = results::Results::load(&paths.host(results::RESULTS_FILE));
-            results::overlay_observed(&mut obs, &probes, &published);
+        let planned = probes::plan_probes(&gen_dir, pod_unit);
+        if !planned.is_empty() {
+            let published = probes::Results::load(&paths.host(probes::RESULTS_FILE));
+            probes::overlay_observed(&mut obs, &planned, &published);
         }
     }
     let mut st = status::pod::pod_status(pod, obs, &units, source, terminating);

@@ -1,5 +1,5 @@
 //! `podunit probe-exec`: runs an exec probe's command inside a container (see
-//! [`crate::probe::exec`]). Started by podunit-sync as a transient unit, never by people.
+//! [`crate::prober::exec`]). Started by podunit-sync as a transient unit, never by people.
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -21,7 +21,7 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> ExitCode {
-    use crate::probe::exec;
+    use crate::prober::exec;
     match (a.enter, a.unit) {
         (Some(pid), _) => exec::stage_two(pid, &a.command),
         (None, Some(unit)) => {

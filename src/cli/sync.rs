@@ -208,9 +208,9 @@ pub fn main() -> ExitCode {
     match cluster {
         Some(agent) => agent.spawn(),
         None => {
-            crate::probe::runner::spawn(
+            crate::prober::runner::spawn(
                 &syncer.opts.paths,
-                Box::new(crate::probe::runner::JournalOnly),
+                Box::new(crate::prober::runner::JournalOnly),
             );
         }
     }

@@ -1,6 +1,6 @@
 //! Running a command inside a running container on behalf of a person: `podunit exec` and the
 //! kubelet API's `/exec` (what `kubectl exec` reaches). The command enters the container exactly
-//! as an exec probe's does ([`crate::probe::enter`]), from a transient unit in PID 1's context;
+//! as an exec probe's does ([`crate::prober::enter`]), from a transient unit in PID 1's context;
 //! unlike a probe it gets the caller's stdin, stdout and stderr (or a terminal) and no timeout.
 //!
 //! - [`session`]: starting the command and waiting for its exit status (the caller's side), and

@@ -176,9 +176,9 @@ fn run_stage_one(unit: &str, tty: bool, argv: &[String]) -> Result<String, Strin
         .service_exec_context(unit)
         .map_err(|e| e.to_string())?;
     if pid == 0 {
-        return Err(crate::probe::enter::Error::NotRunning.to_string());
+        return Err(crate::prober::enter::Error::NotRunning.to_string());
     }
-    let env = crate::probe::enter::environment(&env, &files, &|p| std::fs::read_to_string(p))
+    let env = crate::prober::enter::environment(&env, &files, &|p| std::fs::read_to_string(p))
         .map_err(|e| e.to_string())?;
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut cmd = Command::new(exe);
@@ -227,10 +227,10 @@ pub fn stage_two(pid: u32, tty: bool, argv: &[String]) -> ExitCode {
         let _ = rustix::process::setsid();
         if let Err(e) = rustix::process::ioctl_tiocsctty(std::io::stdin()) {
             eprintln!("podunit: cannot enter the container: the terminal: {e}");
-            return ExitCode::from(crate::probe::exec::ENTER_FAILED);
+            return ExitCode::from(crate::prober::exec::ENTER_FAILED);
         }
     }
-    crate::probe::exec::stage_two(pid, argv)
+    crate::prober::exec::stage_two(pid, argv)
 }
 
 #[cfg(test)]

@@ -4,9 +4,9 @@
 
 use super::agent::Msg;
 use crate::generate::output::PodKey;
-use crate::probe::results::{Results, overlay_observed};
 use crate::probe::spec::pod_probes;
 use crate::status::model::Observed;
+use crate::status::probes::{Results, overlay_observed};
 use k8s_openapi::api::core::v1::Pod;
 use std::sync::RwLock;
 use std::sync::mpsc::Sender;
@@ -27,7 +27,7 @@ pub enum Note {
 /// The runner's sink in cluster mode: the agent's own channel.
 pub struct AgentSink(pub Sender<Msg>);
 
-impl crate::probe::runner::Sink for AgentSink {
+impl crate::prober::runner::Sink for AgentSink {
     fn event(
         &self,
         pod: &PodKey,

@@ -14,7 +14,7 @@
 //!   container's command. So the command is PID 1, as under a kubelet: a signal it has no handler
 //!   for does not end it.
 //!
-//! `podunit exec` and exec probes enter the inner process (see `probe::enter::inspect`).
+//! `podunit exec` and exec probes enter the inner process (see `prober::enter::inspect`).
 
 mod seccomp;
 
@@ -340,7 +340,7 @@ fn resolve(prog: &OsString, search: Option<&str>) -> Option<OsString> {
     if prog.as_bytes().contains(&b'/') {
         return Some(prog.clone());
     }
-    let dirs = search.unwrap_or(crate::probe::enter::DEFAULT_PATH);
+    let dirs = search.unwrap_or(crate::prober::enter::DEFAULT_PATH);
     dirs.split(':').filter(|d| !d.is_empty()).find_map(|d| {
         let p = Path::new(d).join(prog);
         let exec = rustix::fs::access(&p, rustix::fs::Access::EXEC_OK).is_ok();

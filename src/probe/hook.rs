@@ -3,7 +3,7 @@
 //!
 //! An `exec` hook is the container unit's own `ExecStartPost=`/`ExecStop=` command, run in the
 //! container's sandbox. `httpGet` and `sleep` hooks are `podunit hook` in the same places
-//! ([`crate::probe::hook_run`]): its HTTP client is the probes' (`src/probe/check.rs`).
+//! ([`crate::prober::hook_run`]): its HTTP client is the probes' (`src/prober/check.rs`).
 
 use super::spec::{self, Handler, Problem, problem};
 use k8s_openapi::api::core::v1 as core;

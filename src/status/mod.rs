@@ -12,6 +12,7 @@ pub mod model;
 pub mod observe;
 pub mod phase;
 pub mod pod;
+pub mod probes;
 pub mod start_detail;
 pub mod start_error;
 pub mod waiting;

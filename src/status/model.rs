@@ -4,7 +4,7 @@
 //! generator's record of it, an API pod ([`crate::status::observe`]) with its spec. What each program shows
 //! is a projection of the one [`Observed`]: `podunit status`'s row and JSON ([`crate::status::pod`]),
 //! the PodStatus the cluster agent posts ([`crate::status::api`]). Probe results
-//! ([`crate::probe::results::overlay_observed`]) set its containers' `ready` and `started` before
+//! ([`crate::status::probes::overlay_observed`]) set its containers' `ready` and `started` before
 //! any projection, so READY and the `Ready` conditions follow from the model alone.
 
 use crate::generate::output::ContainerKind;
@@ -161,7 +161,7 @@ pub fn observe(pod: PodUnit, containers: &[ContainerUnit]) -> Observed {
 mod tests {
     use super::*;
     use crate::generate::output::{GeneratedContainer, GeneratedPod, PodKey};
-    use crate::probe::results::{ContainerResult, Results, overlay_observed};
+    use crate::status::probes::{ContainerResult, Results, overlay_observed};
     use crate::systemd::unit::{ExitKind, UnitState};
     use crate::translate::naming;
     use std::collections::HashMap;

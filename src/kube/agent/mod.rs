@@ -51,7 +51,7 @@ pub fn run(
 ) -> std::io::Result<()> {
     let mut worker = Worker::new(client.clone(), cfg.clone(), shared.clone(), units.clone())?;
     let (tx, rx) = mpsc::channel();
-    worker.probes = crate::probe::runner::spawn(
+    worker.probes = crate::prober::runner::spawn(
         &cfg.paths,
         Box::new(crate::kube::probes::AgentSink(tx.clone())),
     );

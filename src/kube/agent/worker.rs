@@ -58,7 +58,7 @@ pub struct Worker {
     /// How many daemon-reloads were asked for (tests and benchmarks read it).
     pub reloads: u64,
     /// The probe runner's published results.
-    pub probes: crate::probe::runner::Handle,
+    pub probes: crate::prober::runner::Handle,
     /// What events were posted (dedup, aggregation, spam filter).
     pub(super) events: crate::kube::events::Correlator,
     /// The node's image pulls (started by [`super::run`]).

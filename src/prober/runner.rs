@@ -1,20 +1,20 @@
 //! The probe runner of podunit-sync (local and cluster mode alike): one thread that knows every
 //! probed container and when its probes are due, starts each due probe on a short-lived thread
 //! of its own (at most one at a time per probe, as the kubelet's workers do), counts results with
-//! [`super::state`], kills containers whose liveness or startup probe failed (their preStop hook
-//! first, [`super::pre_stop`], timed by [`super::kill`]), and publishes `ready`/`started`
-//! ([`super::results`]).
+//! [`crate::probe::state`], kills containers whose liveness or startup probe failed (their preStop hook
+//! first, [`super::pre_stop`], timed by [`crate::probe::kill`]), and publishes `ready`/`started`
+//! ([`crate::status::probes`]).
 //!
 //! It learns what runs from systemd's signals (a unit's properties changed: look it up again)
 //! and what is probed from the plans the generator wrote (after every daemon-reload).
 
-use super::kill;
 use super::pre_stop::{self, Failed};
-use super::results::{ContainerResult, RESULTS_FILE, Results};
-use super::spec::{ContainerProbes, Kind, Probe};
-use super::state::{Container, Millis, Outcome, Step};
 use crate::common::paths::Paths;
 use crate::generate::output::{self, PodKey};
+use crate::probe::kill;
+use crate::probe::spec::{ContainerProbes, Kind, Probe};
+use crate::probe::state::{Container, Millis, Outcome, Step};
+use crate::status::probes::{ContainerResult, RESULTS_FILE, Results};
 use crate::systemd::{Client, Event};
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -251,7 +251,7 @@ impl Runner {
             let Some(pod_unit) = &pod.pod_unit else {
                 continue;
             };
-            for probes in super::results::plan_probes(&self.generator_dir, pod_unit) {
+            for probes in crate::status::probes::plan_probes(&self.generator_dir, pod_unit) {
                 let Some(c) = pod.containers.iter().find(|c| c.name == probes.container) else {
                     continue;
                 };
@@ -345,7 +345,7 @@ impl Runner {
                 }
             }
             if let Err(e) = res.save(&self.results_path) {
-                log(&format!("probes: {e}"));
+                log(&format!("probes: {}: {e}", self.results_path.display()));
             }
         }
         changed_pods.dedup();
@@ -470,7 +470,13 @@ impl Runner {
     }
 
     /// Runs the preStop hook of `unit`'s run `run` on a thread; its end comes back as a message.
-    fn spawn_pre_stop(&mut self, unit: &str, run: u64, hook: super::hook::Hook, grace_s: u64) {
+    fn spawn_pre_stop(
+        &mut self,
+        unit: &str,
+        run: u64,
+        hook: crate::probe::hook::Hook,
+        grace_s: u64,
+    ) {
         let (client, tx) = (self.client.clone(), self.tx.clone());
         let (podunit, pod_ip, u) = (self.podunit.clone(), self.pod_ip.clone(), unit.to_string());
         let spawned = std::thread::Builder::new()
@@ -510,7 +516,7 @@ impl Runner {
                 let pod_ref =
                     crate::kube::events::message::pod_ref(&pod.name, &pod.namespace, &t.uid);
                 let events = crate::kube::hook_events::events(
-                    super::hook::Stage::PreStop,
+                    crate::probe::hook::Stage::PreStop,
                     hook,
                     &container,
                     &pod_ref,

@@ -6,7 +6,7 @@
 //! A result belongs to one run of a container (its `ExecMainStartTimestamp`): a result from an
 //! earlier run, or none at all, counts as the kubelet's initial value (not ready, not started).
 
-use super::spec::ContainerProbes;
+use crate::probe::spec::ContainerProbes;
 use crate::status::container::State;
 use crate::status::model::Observed;
 use serde::{Deserialize, Serialize};
@@ -40,9 +40,9 @@ impl Results {
             .unwrap_or_default()
     }
 
-    pub fn save(&self, path: &Path) -> Result<(), crate::localsync::statefile::Error> {
+    pub fn save(&self, path: &Path) -> std::io::Result<()> {
         let bytes = serde_json::to_vec(self).expect("plain data");
-        crate::localsync::statefile::write_atomic(path, &bytes)
+        crate::common::atomicfile::write(path, &bytes)
     }
 }
 

@@ -1,6 +1,6 @@
 //! Running `httpGet` and `sleep` lifecycle hooks as the kubelet's handler runner does
 //! (`pkg/kubelet/lifecycle/handlers.go`): `podunit hook`, which systemd runs as the container
-//! unit's `ExecStartPost=` or `ExecStop=` (see [`super::hook`]).
+//! unit's `ExecStartPost=` or `ExecStop=` (see [`crate::probe::hook`]).
 
 use super::check::{self, Get};
 use std::time::Duration;

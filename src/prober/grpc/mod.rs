@@ -10,7 +10,7 @@ pub mod hpack;
 mod tables;
 
 use super::check::{USER_AGENT, go_error, join_host_port};
-use super::state::Outcome;
+use crate::probe::state::Outcome;
 use frame::{Conn, Frame};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};

@@ -6,9 +6,9 @@
 //! once per kill.
 
 use super::check::Get;
-use super::hook::Hook;
 use super::hook_run::{self, Answer};
 use crate::kube::hook_events::Exit;
+use crate::probe::hook::Hook;
 use std::time::Duration;
 
 /// How a hook failed, as [`crate::kube::hook_events::events`] words it.
@@ -101,7 +101,7 @@ fn exec_result(ran: Result<super::exec::Ran, String>) -> Result<(), Failed> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::probe::exec::Ran;
+    use crate::prober::exec::Ran;
 
     fn ran(status: &str, output: &str) -> Result<Ran, String> {
         Ok(Ran {

@@ -2,8 +2,8 @@
 //! so that events read as a kubelet's do. Network probes run in podunit-sync itself (pods share
 //! the host's network); exec probes run inside the container through [`super::exec`].
 
-use super::spec::Handler;
-use super::state::Outcome;
+use crate::probe::spec::Handler;
+use crate::probe::state::Outcome;
 use std::io::Read;
 use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;

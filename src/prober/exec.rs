@@ -9,7 +9,7 @@
 //! environment passes through the unit's properties (which anyone may read).
 
 use super::check::MAX_OUTPUT;
-use super::state::Outcome;
+use crate::probe::state::Outcome;
 use std::io::{Read, Write};
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
