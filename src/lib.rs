@@ -32,6 +32,9 @@ pub mod pidinit;
 // podunit-sync: the local agent, the status model, the D-Bus client, the cluster agent.
 #[cfg(feature = "cli")]
 pub mod kube;
+// The node agent: podunit-sync's cluster mode, on top of the API client.
+#[cfg(feature = "cli")]
+pub mod agent;
 // The kubelet API server; its HTTP parsing alone builds without `cli` (the fuzz target).
 pub mod kubelet;
 #[cfg(feature = "cli")]

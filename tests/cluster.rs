@@ -7,13 +7,13 @@
 use fake_apiserver::{Config as ServerConfig, FakeApiServer};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
+use podunit::agent::units::{Changes, UnitStates, Units};
+use podunit::agent::{self, AgentConfig, IMAGE_NEVER_PULL, Shared};
 use podunit::common::config::ClusterTiming;
 use podunit::common::paths::Paths;
 use podunit::common::policy::Policy;
-use podunit::kube::agent::{self, AgentConfig, IMAGE_NEVER_PULL, Shared};
 use podunit::kube::client::{self, Client, DeleteOptions};
 use podunit::kube::kubeconfig::{self, OwnerCheck};
-use podunit::kube::units::{Changes, UnitStates, Units};
 use podunit::systemd::unit::{ExitKind, UnitState};
 use serde_json::json;
 use std::collections::{BTreeSet, HashMap};
@@ -872,7 +872,7 @@ fn a_loose_kubeconfig_stops_the_start_with_the_reason() {
 #[ignore = "helper process of a_writer_killed_mid_write_never_leaves_a_partial_file"]
 fn spool_writer_child() {
     let dir = std::env::var_os("PODUNIT_TEST_SPOOL_WRITER").expect("run by the SIGKILL test");
-    let spool = podunit::kube::spool::Spool::new(PathBuf::from(dir));
+    let spool = podunit::agent::spool::Spool::new(PathBuf::from(dir));
     for i in 0u64.. {
         let v = if i % 2 == 0 { b'a' } else { b'b' };
         spool.put("default_p.yaml", &vec![v; 4 << 20]).unwrap();
@@ -882,7 +882,7 @@ fn spool_writer_child() {
 #[test]
 fn a_writer_killed_mid_write_never_leaves_a_partial_file() {
     let root = scratch("sigkill");
-    let spool = podunit::kube::spool::Spool::new(root.join("spool"));
+    let spool = podunit::agent::spool::Spool::new(root.join("spool"));
     spool.init().unwrap();
     let mut whole = 0;
     for round in 0..20 {

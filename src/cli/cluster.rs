@@ -1,9 +1,10 @@
 //! `podunit-sync` in cluster mode: load the kubeconfig (refusing loose permissions) and run the node
 //! agent until killed.
 
+use crate::agent::{self, units};
 use crate::common::config::Config;
 use crate::common::paths::Paths;
-use crate::kube::{agent, client::Client, kubeconfig, units};
+use crate::kube::{client::Client, kubeconfig};
 use crate::kubelet;
 use std::process::ExitCode;
 use std::sync::Arc;

@@ -1,9 +1,10 @@
-//! Cluster mode: podunit-sync as this node's kubelet. The API client and the node agent.
+//! The Kubernetes API as podunit speaks it: kubeconfig, the client and its errors, the watch
+//! stream, back-off, token requests, and the objects podunit makes (Node and Lease, Events,
+//! hook events). The node agent that drives them is [`crate::agent`].
 //!
-//! Pure parts (kubeconfig resolution, watch decoding, back-off, the Node/Lease/PodStatus builders,
-//! the spool format) are separate from the loops that do I/O, so each is unit-tested on its own.
+//! Pure parts (kubeconfig resolution, watch decoding, back-off, the builders) are separate from
+//! the I/O, so each is unit-tested on its own.
 
-pub mod agent;
 pub mod backoff;
 pub mod client;
 pub mod compact;
@@ -11,11 +12,6 @@ pub mod error;
 pub mod events;
 pub mod hook_events;
 pub mod kubeconfig;
-pub mod mirror;
 pub mod node;
-pub mod probes;
-pub mod spool;
 pub mod token;
-pub mod units;
-pub mod waitrecord;
 pub mod watch;

@@ -382,7 +382,8 @@ fn obtain(client: &Client, t: &Template, dir: &Path) -> Result<Serving, CsrError
     let store = dir.join(CURRENT);
     let store_err = |e: String| CsrError::Store(store.clone(), e);
     tls::make_private_dir(dir).map_err(|e| store_err(e.to_string()))?;
-    crate::kube::spool::write_atomic(&store, &file, 0o600).map_err(|e| store_err(e.to_string()))?;
+    crate::agent::spool::write_atomic(&store, &file, 0o600)
+        .map_err(|e| store_err(e.to_string()))?;
     let serving =
         tls::load_files(&store, &store).map_err(|e| CsrError::Certificate(e.to_string()))?;
     let leaf = serving

@@ -96,7 +96,7 @@ fn pod_list(state: &State) -> serde_json::Value {
         .flatten()
         .flatten()
         .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| crate::kube::spool::parse_file_name(n).is_some())
+        .filter(|n| crate::agent::spool::parse_file_name(n).is_some())
         .collect();
     names.sort();
     for n in names {

@@ -78,7 +78,7 @@ pub fn self_signed(dir: &Path, names: &[String]) -> Result<Serving, TlsError> {
         Ok(pem) => rcgen::KeyPair::from_pem(&pem).map_err(gen_err)?,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let k = rcgen::KeyPair::generate().map_err(gen_err)?;
-            crate::kube::spool::write_atomic(&key_path, k.serialize_pem().as_bytes(), 0o600)
+            crate::agent::spool::write_atomic(&key_path, k.serialize_pem().as_bytes(), 0o600)
                 .map_err(io_err(&key_path))?;
             k
         }
@@ -103,7 +103,7 @@ pub fn self_signed(dir: &Path, names: &[String]) -> Result<Serving, TlsError> {
     params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
     let cert = params.self_signed(&key).map_err(gen_err)?;
     let crt_path = dir.join("kubelet.crt");
-    crate::kube::spool::write_atomic(&crt_path, cert.pem().as_bytes(), 0o644)
+    crate::agent::spool::write_atomic(&crt_path, cert.pem().as_bytes(), 0o644)
         .map_err(io_err(&crt_path))?;
     Ok(Serving {
         chain: vec![cert.der().clone()],

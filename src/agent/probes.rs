@@ -2,7 +2,7 @@
 //! post, pods whose status to post again), and its results decide `ready`/`started` in the
 //! PodStatus the agent posts.
 
-use super::agent::Msg;
+use super::Msg;
 use crate::generate::output::PodKey;
 use crate::probe::spec::pod_probes;
 use crate::status::model::Observed;

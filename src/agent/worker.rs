@@ -4,12 +4,12 @@
 use super::context::{AgentConfig, Shared, key_of, log, uid_of};
 use super::state::{Due, MirrorRec, Phase, PodRec, RefCache};
 use super::watchers::Msg;
+use crate::agent::mirror;
+use crate::agent::spool::{self, Spool};
+use crate::agent::units::{UnitStates, Units};
 use crate::kube::backoff::Backoff;
 use crate::kube::client::{ApiError, Client};
 use crate::kube::compact::Compact;
-use crate::kube::mirror;
-use crate::kube::spool::{self, Spool};
-use crate::kube::units::{UnitStates, Units};
 use crate::status::api::NodeAddrs;
 use crate::status::observe;
 use k8s_openapi::api::core::v1::Pod;
@@ -76,7 +76,7 @@ impl Worker {
     ) -> std::io::Result<Worker> {
         let spool = Spool::new(cfg.paths.spool());
         spool.init()?;
-        crate::kube::waitrecord::release_all(&cfg.paths);
+        crate::agent::waitrecord::release_all(&cfg.paths);
         // Its presence tells `podunit hook` to leave records for the hooks' events.
         {
             use std::os::unix::fs::DirBuilderExt;

@@ -164,12 +164,12 @@ impl Worker {
         }
     }
 
-    pub(super) fn probe_note(&mut self, n: crate::kube::probes::Note) {
+    pub(super) fn probe_note(&mut self, n: crate::agent::probes::Note) {
         match n {
-            crate::kube::probes::Note::Changed(p) => {
+            crate::agent::probes::Note::Changed(p) => {
                 self.status_due.pods.insert((p.namespace, p.name));
             }
-            crate::kube::probes::Note::Event {
+            crate::agent::probes::Note::Event {
                 pod,
                 container,
                 type_,

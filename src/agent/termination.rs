@@ -4,9 +4,9 @@
 use super::context::log;
 use super::state::Phase;
 use super::worker::Worker;
+use crate::agent::spool;
 use crate::common::paths::Paths;
 use crate::kube::client::{self, DeleteOptions};
-use crate::kube::spool;
 use crate::status::observe;
 use k8s_openapi::api::core::v1::Pod;
 use std::time::{Duration, Instant};
@@ -145,8 +145,8 @@ impl Worker {
         {
             self.mark_dirty(k);
         }
-        crate::kube::waitrecord::release(&self.cfg.paths, &rec.uid);
-        crate::kube::waitrecord::status_accepted(&self.cfg.paths, &rec.uid);
+        crate::agent::waitrecord::release(&self.cfg.paths, &rec.uid);
+        crate::agent::waitrecord::status_accepted(&self.cfg.paths, &rec.uid);
         self.hooks_seen.forget(&rec.uid);
         self.forget_pulls(&rec.uid, &rec.pod.get());
         self.remove_pod_dirs(&rec.uid);

@@ -4,8 +4,8 @@
 use super::context::{key_of, log};
 use super::state::{Phase, RefCache};
 use super::worker::Worker;
+use crate::agent::spool;
 use crate::kube::client::{self, ApiError, Client};
-use crate::kube::spool;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use std::collections::HashMap;
 use std::time::Instant;

@@ -4,9 +4,9 @@
 use super::context::{log, now, uid_of};
 use super::state::Phase;
 use super::worker::Worker;
+use crate::agent::spool;
 use crate::common::paths::Paths;
 use crate::kube::client;
-use crate::kube::spool;
 use crate::kube::token;
 use k8s_openapi::api::authentication::v1::TokenRequest;
 use std::path::PathBuf;

@@ -5,10 +5,10 @@
 use super::context::{log, now};
 use super::state::Phase;
 use super::worker::Worker;
+use crate::agent::{spool, waitrecord};
 use crate::common::paths::Paths;
 use crate::common::policy;
 use crate::kube::compact::Compact;
-use crate::kube::{spool, waitrecord};
 use crate::status::api;
 use std::path::PathBuf;
 

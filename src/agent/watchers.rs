@@ -3,9 +3,9 @@
 //! change notifications).
 
 use super::context::{AgentConfig, Shared, log, nap};
+use crate::agent::units::{Changes, Units};
 use crate::kube::backoff::Backoff;
 use crate::kube::client::{self, Client, ListParams};
-use crate::kube::units::{Changes, Units};
 use crate::kube::watch::Event;
 use k8s_openapi::api::core::v1::Pod;
 use std::sync::Arc;
@@ -22,7 +22,7 @@ pub enum Msg {
     /// systemd reported unit changes.
     UnitsChanged(Changes),
     /// The probe runner: an event to post, or a pod whose readiness changed.
-    Probe(crate::kube::probes::Note),
+    Probe(crate::agent::probes::Note),
     /// An image pull ended.
     Pulled(Box<crate::image::queue::Done>),
 }

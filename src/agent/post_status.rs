@@ -4,10 +4,10 @@
 use super::context::{log, now};
 use super::state::{Due, Phase};
 use super::worker::Worker;
+use crate::agent::units::Changes;
+use crate::agent::waitrecord;
 use crate::kube::client;
 use crate::kube::compact::Compact;
-use crate::kube::units::Changes;
-use crate::kube::waitrecord;
 use crate::status::api;
 use crate::status::container::State;
 use crate::status::observe;
@@ -218,7 +218,7 @@ impl Worker {
                         }
                     };
                     let mut obs = observe::observe(&pod, &props);
-                    crate::kube::probes::overlay_api_pod(&pod, &mut obs, &self.probes.results);
+                    crate::agent::probes::overlay_api_pod(&pod, &mut obs, &self.probes.results);
                     let mut st = api::build(&pod, &obs, &addrs, posted.as_ref(), now());
                     // The digest each image resolved to, as containerd reports it.
                     if let Some(rec) = self.pods.get(&k) {

@@ -4,11 +4,11 @@
 use super::context::now;
 use super::state::{Due, MirrorRec};
 use super::worker::Worker;
+use crate::agent::mirror;
+use crate::agent::spool;
 use crate::common::paths::Paths;
 use crate::common::policy;
 use crate::kube::client::{self, DeleteOptions};
-use crate::kube::mirror;
-use crate::kube::spool;
 use crate::status::api::{self, NodeAddrs};
 use crate::status::observe;
 use k8s_openapi::api::core::v1::Pod;
@@ -187,7 +187,7 @@ impl Worker {
             };
             crate::status::start_detail::fill(&mut props);
             let mut obs = observe::observe(&m.static_pod, &props);
-            crate::kube::probes::overlay_api_pod(&m.static_pod, &mut obs, &self.probes.results);
+            crate::agent::probes::overlay_api_pod(&m.static_pod, &mut obs, &self.probes.results);
             let prev = m.posted.clone().or(api.status.clone());
             let st = api::build(&api, &obs, addrs, prev.as_ref(), now());
             if m.posted.as_ref() == Some(&st) {

@@ -20,14 +20,19 @@ mod admission;
 mod context;
 mod events;
 mod images;
+pub mod mirror;
 mod mirror_pods;
 mod node_loop;
 mod post_status;
+pub mod probes;
 mod refs;
+pub mod spool;
 mod state;
 mod termination;
 mod tokens;
+pub mod units;
 mod volumes;
+pub mod waitrecord;
 mod watchers;
 mod worker;
 
@@ -36,8 +41,8 @@ pub use node_loop::node_loop;
 pub use watchers::{Msg, unit_watch_loop, watch_loop};
 pub use worker::Worker;
 
+use crate::agent::units::Units;
 use crate::kube::client::Client;
-use crate::kube::units::Units;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, mpsc};
 
@@ -53,7 +58,7 @@ pub fn run(
     let (tx, rx) = mpsc::channel();
     worker.probes = crate::prober::runner::spawn(
         &cfg.paths,
-        Box::new(crate::kube::probes::AgentSink(tx.clone())),
+        Box::new(crate::agent::probes::AgentSink(tx.clone())),
     );
     {
         let tx = tx.clone();
