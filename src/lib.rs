@@ -18,6 +18,7 @@ pub mod manifest;
 // Probes: their spec is part of the plan; running them is podunit-sync's.
 pub mod probe;
 pub mod translate;
+pub mod validate;
 
 // Runs at pod start, as root.
 #[cfg(feature = "cli")]

@@ -100,7 +100,8 @@ impl Worker {
             let Some(stored) = registry_image(&reference, &fs) else {
                 continue;
             };
-            let policy = timage::pull_policy(&reference, c.image_pull_policy.as_deref());
+            let policy =
+                crate::image::policy::pull_policy(&reference, c.image_pull_policy.as_deref());
             let rec = self.pods.get(k)?;
             let pulled_here = rec.images.pulled.contains_key(&reference);
             let need_pull = match (policy.as_str(), &stored) {
@@ -264,7 +265,8 @@ impl Worker {
             let Some(stored) = registry_image(&reference, &fs) else {
                 continue;
             };
-            let pull_policy = timage::pull_policy(&reference, c.image_pull_policy.as_deref());
+            let pull_policy =
+                crate::image::policy::pull_policy(&reference, c.image_pull_policy.as_deref());
             let obj = Involved::container(pod, &c.name);
             match policy::at_start(&pull_policy, stored.is_ok()) {
                 AtStart::Present => self.post_event(

@@ -7,10 +7,10 @@ pub mod report;
 
 use crate::common::diag::Problem;
 use crate::manifest::Catalog;
-use crate::manifest::validate;
 use crate::translate::image::{ImageResolver, Probe};
 use crate::translate::naming;
 use crate::translate::{NodeFacts, Output, PodUnits, translate};
+use crate::validate;
 use std::io;
 use std::path::Path;
 

@@ -207,10 +207,7 @@ fn waiting_image(catalog: &Catalog, p: &Problem) -> Option<WaitingPod> {
             .collect(),
         images: vec![WaitingImage {
             container: c.name.clone(),
-            pull_policy: crate::translate::image::pull_policy(
-                &image,
-                c.image_pull_policy.as_deref(),
-            ),
+            pull_policy: crate::image::policy::pull_policy(&image, c.image_pull_policy.as_deref()),
             image,
         }],
         pull_secrets: crate::translate::image::pull_secret_names(Some(spec)),

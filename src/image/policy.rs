@@ -4,6 +4,22 @@
 //! what is present, `IfNotPresent` pulls when absent, `Always` pulls every time. Pure; the
 //! callers (the cluster agent, podunit-sync's local pulls) do the pulls and post what it says.
 
+/// `imagePullPolicy` as the API server defaults it: `Always` for `:latest` or no tag (without a
+/// digest), else `IfNotPresent`; a policy the manifest gives wins.
+pub fn pull_policy(reference: &str, given: Option<&str>) -> String {
+    if let Some(p) = given.filter(|p| !p.is_empty()) {
+        return p.to_string();
+    }
+    if reference.contains('@') {
+        return "IfNotPresent".into();
+    }
+    let last = reference.rsplit('/').next().unwrap_or(reference);
+    match last.rsplit_once(':') {
+        Some((_, tag)) if tag != "latest" => "IfNotPresent".into(),
+        _ => "Always".into(),
+    }
+}
+
 /// What a container's start asks of its image.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AtStart {
@@ -16,7 +32,7 @@ pub enum AtStart {
 }
 
 /// The kubelet's decision for one start. `policy` is the defaulted one
-/// ([`crate::translate::image::pull_policy`]); an unknown value acts as `IfNotPresent`, as
+/// ([`pull_policy`]); an unknown value acts as `IfNotPresent`, as
 /// `shouldPullImage` only tests for `Never` and `Always`.
 pub fn at_start(policy: &str, present: bool) -> AtStart {
     match (policy, present) {
@@ -78,7 +94,6 @@ mod tests {
 
     #[test]
     fn latest_and_untagged_images_are_pulled_at_every_start() {
-        use crate::translate::image::pull_policy;
         for image in ["busybox", "busybox:latest", "localhost:5000/app"] {
             assert_eq!(at_start(&pull_policy(image, None), true), AtStart::Pull);
         }
@@ -121,5 +136,17 @@ mod tests {
             !moved("", "r/a@sha256:01"),
             "no image root: nothing to switch"
         );
+    }
+
+    #[test]
+    fn pull_policy_defaults_as_the_api_server() {
+        assert_eq!(pull_policy("busybox", None), "Always");
+        assert_eq!(pull_policy("busybox:latest", None), "Always");
+        assert_eq!(pull_policy("busybox:1.36", None), "IfNotPresent");
+        assert_eq!(pull_policy("reg:5000/app", None), "Always");
+        assert_eq!(pull_policy("reg:5000/app:v1", None), "IfNotPresent");
+        assert_eq!(pull_policy("app@sha256:00ff", None), "IfNotPresent");
+        assert_eq!(pull_policy("busybox:1.36", Some("Never")), "Never");
+        assert_eq!(pull_policy("busybox", Some("")), "Always");
     }
 }

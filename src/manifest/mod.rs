@@ -1,15 +1,15 @@
 //! Loading manifests: which files count, how they parse, and the catalog of pods, ConfigMaps and
-//! Secrets they hold. Validation of what parsed lives in [`crate::manifest::validate`].
+//! Secrets they hold. Validation of what parsed lives in [`crate::validate`].
 
 pub mod admission;
 pub mod cache;
 pub mod discover;
 pub mod fast;
+pub mod names;
 pub mod parse;
 pub mod placement;
 pub mod typeerr;
 pub(crate) mod unknown;
-pub mod validate;
 
 use crate::common::diag::Problem;
 use crate::common::paths::{Paths, Source};

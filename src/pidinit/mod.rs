@@ -340,7 +340,7 @@ fn resolve(prog: &OsString, search: Option<&str>) -> Option<OsString> {
     if prog.as_bytes().contains(&b'/') {
         return Some(prog.clone());
     }
-    let dirs = search.unwrap_or(crate::prober::enter::DEFAULT_PATH);
+    let dirs = search.unwrap_or(crate::translate::imagerun::DEFAULT_PATH);
     dirs.split(':').filter(|d| !d.is_empty()).find_map(|d| {
         let p = Path::new(d).join(prog);
         let exec = rustix::fs::access(&p, rustix::fs::Access::EXEC_OK).is_ok();

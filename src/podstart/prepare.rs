@@ -638,7 +638,7 @@ fn env_file(
                     for (k, v) in d {
                         let name = format!("{prefix}{k}");
                         // The kubelet skips keys that are not valid variable names.
-                        if crate::manifest::validate::is_env_name(&name) {
+                        if crate::escape::is_env_name(&name) {
                             set(&mut vars, name, String::from_utf8_lossy(&v).into_owned());
                         }
                     }

@@ -16,8 +16,8 @@ use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-/// The default `PATH` systemd gives services that set none.
-pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+// systemd gives services that set no `PATH` the same one as container runtimes.
+use crate::translate::imagerun::DEFAULT_PATH;
 
 #[derive(Debug)]
 pub enum Error {
@@ -179,7 +179,7 @@ pub fn environment(
         let pairs = crate::escape::parse::env_file(&text)
             .map_err(|e| Error::Env(path.clone(), e.to_string()))?;
         for (k, v) in pairs {
-            if crate::manifest::validate::is_env_name(&k) {
+            if crate::escape::is_env_name(&k) {
                 set(k, v);
             }
         }

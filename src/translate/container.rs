@@ -543,10 +543,7 @@ fn one(
         layers: img.layers.clone(),
         working_dir,
         reference: image_ref.to_string(),
-        pull_policy: crate::translate::image::pull_policy(
-            image_ref,
-            c.image_pull_policy.as_deref(),
-        ),
+        pull_policy: crate::image::policy::pull_policy(image_ref, c.image_pull_policy.as_deref()),
         // As a runtime mounts the root: an image's device nodes work only for a privileged
         // container, its setuid programs only where the container may gain privileges (the
         // Kubernetes default, unless allowPrivilegeEscalation: false).

@@ -123,22 +123,6 @@ pub fn store_path(reference: &str) -> Option<String> {
 /// [`crate::generate::report::WaitingPod`]).
 pub const IMAGE_PENDING: &str = "ImagePending";
 
-/// `imagePullPolicy` as the API server defaults it: `Always` for `:latest` or no tag (without a
-/// digest), else `IfNotPresent`; a policy the manifest gives wins.
-pub fn pull_policy(reference: &str, given: Option<&str>) -> String {
-    if let Some(p) = given.filter(|p| !p.is_empty()) {
-        return p.to_string();
-    }
-    if reference.contains('@') {
-        return "IfNotPresent".into();
-    }
-    let last = reference.rsplit('/').next().unwrap_or(reference);
-    match last.rsplit_once(':') {
-        Some((_, tag)) if tag != "latest" => "IfNotPresent".into(),
-        _ => "Always".into(),
-    }
-}
-
 /// The names of a pod's `imagePullSecrets`, in order, empty names left out (the API server drops
 /// them too).
 pub fn pull_secret_names(spec: Option<&k8s_openapi::api::core::v1::PodSpec>) -> Vec<String> {
@@ -215,17 +199,5 @@ mod tests {
         );
         assert_eq!(store_path("../etc:x"), None);
         assert_eq!(store_path("a b"), None);
-    }
-
-    #[test]
-    fn pull_policy_defaults_as_the_api_server() {
-        assert_eq!(pull_policy("busybox", None), "Always");
-        assert_eq!(pull_policy("busybox:latest", None), "Always");
-        assert_eq!(pull_policy("busybox:1.36", None), "IfNotPresent");
-        assert_eq!(pull_policy("reg:5000/app", None), "Always");
-        assert_eq!(pull_policy("reg:5000/app:v1", None), "IfNotPresent");
-        assert_eq!(pull_policy("app@sha256:00ff", None), "IfNotPresent");
-        assert_eq!(pull_policy("busybox:1.36", Some("Never")), "Never");
-        assert_eq!(pull_policy("busybox", Some("")), "Always");
     }
 }

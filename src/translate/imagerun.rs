@@ -224,7 +224,8 @@ pub fn etc_plan(
     }
 }
 
-/// The default `PATH` of container runtimes, when neither the image nor the container sets one.
+/// The default `PATH` of container runtimes, when neither the image nor the container sets one;
+/// systemd gives services that set none the same.
 pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// `PATH` as systemd's `ExecSearchPath=` may take it: only when every entry is a plain absolute

@@ -1,44 +1,14 @@
 //! Validation of a parsed pod, as the API server's would refuse it, plus what podunit cannot honour.
-//! Every problem carries its field path.
+//! Every problem carries its field path. Above the translation and the probes' spec: what podunit
+//! can map is theirs to say.
 
 use crate::common::diag::{FieldPath, Problem};
 use crate::common::quantity;
+use crate::escape::is_env_name;
 use crate::manifest::PodEntry;
+use crate::manifest::names::{is_dns1123_label, is_dns1123_subdomain};
 use k8s_openapi::api::core::v1::{Container, EnvVar, Pod, Volume, VolumeMount};
 use std::collections::{BTreeMap, BTreeSet};
-
-/// DNS-1123 label: what container, volume and namespace names must be.
-pub fn is_dns1123_label(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
-}
-
-/// DNS-1123 subdomain: what pod, ConfigMap and Secret names must be. As the API server's regex,
-/// `[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*`: 253 characters in all, and no
-/// limit on a part between dots (a 64-character name without dots is a valid pod name).
-pub fn is_dns1123_subdomain(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 253
-        && s.split('.').all(|part| {
-            !part.is_empty()
-                && part
-                    .bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                && !part.starts_with('-')
-                && !part.ends_with('-')
-        })
-}
-
-/// Environment names systemd accepts (stricter than Kubernetes, which allows any printable ASCII).
-pub fn is_env_name(s: &str) -> bool {
-    let mut b = s.bytes();
-    matches!(b.next(), Some(c) if c.is_ascii_alphabetic() || c == b'_')
-        && b.all(|c| c.is_ascii_alphanumeric() || c == b'_')
-}
 
 /// Collects problems about one pod.
 struct Check<'a> {
