@@ -126,6 +126,43 @@ fn code(text: &str) -> String {
     out
 }
 
+/// `code` without its `#[cfg(test)] mod` blocks: a unit test that checks two parts of a folder
+/// against each other imports both, and tests are not part of the structure they check.
+fn without_tests(code: &str) -> String {
+    let mut out = String::with_capacity(code.len());
+    let mut rest = code;
+    while let Some(at) = rest.find("#[cfg(test)]") {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + "#[cfg(test)]".len()..];
+        let trimmed = after.trim_start();
+        let is_mod = trimmed.starts_with("mod ") || trimmed.starts_with("pub(crate) mod ");
+        match (is_mod, trimmed.find('{')) {
+            (true, Some(open)) => {
+                let body = &trimmed[open..];
+                let mut depth = 0;
+                let mut end = body.len();
+                for (i, c) in body.char_indices() {
+                    match c {
+                        '{' => depth += 1,
+                        '}' => {
+                            depth -= 1;
+                            if depth == 0 {
+                                end = i + 1;
+                                break;
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                rest = &body[end..];
+            }
+            _ => rest = after,
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
 fn ident_at(s: &str) -> &str {
     let end = s
         .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
@@ -241,7 +278,7 @@ fn sources() -> Vec<Source> {
             Some(Source {
                 folder: module[0].clone(),
                 module,
-                code: code(&std::fs::read_to_string(&p).unwrap()),
+                code: without_tests(&code(&std::fs::read_to_string(&p).unwrap())),
                 rel,
             })
         })
@@ -400,4 +437,12 @@ fn the_reader_sees_through_comments_strings_and_groups() {
         ]
     );
     assert!(paths_after("notcrate::x", "crate").is_empty());
+    let c = without_tests(
+        "use crate::a;\n#[cfg(test)]\nmod tests {\n    fn f() { crate::b::c(); }\n}\nuse crate::d;",
+    );
+    let heads: Vec<String> = paths_after(&c, "crate")
+        .into_iter()
+        .map(|p| p[0].clone())
+        .collect();
+    assert_eq!(heads, ["a", "d"]);
 }

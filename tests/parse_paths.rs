@@ -44,7 +44,7 @@ fn manifests() -> Vec<(PathBuf, String)> {
 /// The documents of a YAML text as one JSON document each (`---` between), as a `.json`
 /// manifest or the spool holds them; None if the text does not parse.
 fn as_json(text: &str) -> Option<String> {
-    let docs = parse::documents(text).ok()?;
+    let docs = podunit::manifest::documents::documents(text).ok()?;
     let json: Vec<String> = docs
         .iter()
         .map(|d| serde_json::to_string_pretty(d).unwrap())
@@ -52,7 +52,7 @@ fn as_json(text: &str) -> Option<String> {
     Some(json.join("\n---\n") + "\n")
 }
 
-fn shown(objects: &[parse::Object]) -> String {
+fn shown(objects: &[podunit::manifest::Object]) -> String {
     format!("{objects:?}")
 }
 

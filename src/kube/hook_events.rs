@@ -158,7 +158,7 @@ pub fn events(
                         cmd, container, pod, &error, output,
                     )
                 }
-                Hook::Http(crate::probe::spec::Handler::HttpGet { path, .. }) => {
+                Hook::Http(crate::probe::handler::Handler::HttpGet { path, .. }) => {
                     let fallback = match exit {
                         Exit::Status(n) => format!("exit status {n}"),
                         Exit::Signal(s) => format!("killed by SIG{s}"),
@@ -248,7 +248,7 @@ not json
         );
         assert_eq!(post[0].1, "FailedPostStartHook");
         assert_eq!(post[0].2, "PostStartHook failed");
-        let http = Hook::Http(crate::probe::spec::Handler::HttpGet {
+        let http = Hook::Http(crate::probe::handler::Handler::HttpGet {
             https: false,
             host: String::new(),
             port: 80,

@@ -12,9 +12,10 @@
 //! refused before the upgrade, with the reason, rather than connected to nothing.
 
 use super::channels::{self, Channel, Channels, Spdy};
+use super::context::{self, State, Tls};
 use super::http::{self, Request};
-use super::remotecommand::{self, Options};
-use super::server::{self, State, Tls};
+use super::remotecommand;
+use super::session::{self, Options};
 use super::spdyconn::{self, Conn};
 use super::wsconn;
 use crate::exec::{self, Exit};
@@ -47,18 +48,19 @@ pub fn refusal(o: &Options, pod: &str, container: &str) -> Option<String> {
 /// Serves the request; returns whether the connection may carry another (never, once
 /// upgraded).
 pub(super) fn attach(state: &State, stream: &mut Tls, req: &Request, rest: &str) -> bool {
-    let reply = |stream: &mut Tls, status: u16, msg: &str| server::refuse(stream, req, status, msg);
+    let reply =
+        |stream: &mut Tls, status: u16, msg: &str| context::refuse(stream, req, status, msg);
     let Some((ns, name, container)) = remotecommand::container_path(rest) else {
         return reply(stream, 404, "404 page not found\n");
     };
     if req.method != "POST" && req.method != "GET" {
         return reply(stream, 405, "405 method not allowed\n");
     }
-    let opts = match remotecommand::stream_flags(req) {
+    let opts = match session::stream_flags(req) {
         Ok(o) => o,
         Err(m) => return reply(stream, 400, &m),
     };
-    let pods = super::routes::generated_pods(state);
+    let pods = super::context::generated_pods(state);
     let (key, unit) = match exec::find_pod(&pods, ns, name)
         .and_then(|p| Ok((p.key.clone(), exec::container_unit(p, container)?)))
     {
@@ -138,7 +140,7 @@ fn session(
     let conn = RefCell::new(ch);
     follow(&conn, out, target, running);
     let ch = conn.into_inner();
-    let ok = remotecommand::status_message(protocol, &[], &Ok(Exit::Code(0)));
+    let ok = session::status_message(protocol, &[], &Ok(Exit::Code(0)));
     let _ = channels::finish(ch, &ok);
 }
 

@@ -22,11 +22,15 @@ pub mod certificate;
 #[cfg(feature = "cli")]
 mod channels;
 #[cfg(feature = "cli")]
+mod context;
+#[cfg(feature = "cli")]
 pub mod netns_dial;
 #[cfg(feature = "cli")]
 pub mod nodelogs;
 #[cfg(feature = "cli")]
 pub mod portforward;
+#[cfg(feature = "cli")]
+mod portforward_target;
 #[cfg(feature = "cli")]
 pub mod portforward_ws;
 #[cfg(feature = "cli")]
@@ -37,6 +41,8 @@ pub mod remotecommand;
 mod routes;
 #[cfg(feature = "cli")]
 mod server;
+#[cfg(feature = "cli")]
+pub mod session;
 #[cfg(feature = "cli")]
 mod spdyconn;
 #[cfg(feature = "cli")]

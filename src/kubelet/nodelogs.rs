@@ -225,8 +225,8 @@ pub fn copy_file(f: &mut std::fs::File, len: u64, w: &mut impl Write) -> std::io
 /// Serves `/logs/{rest}` (the gate has authorised it); whether the connection may go on.
 #[cfg(feature = "cli")]
 pub(super) fn serve(
-    state: &super::server::State,
-    stream: &mut super::server::Tls,
+    state: &super::context::State,
+    stream: &mut super::context::Tls,
     req: &super::http::Request,
     rest: &str,
 ) -> bool {

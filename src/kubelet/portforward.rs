@@ -18,18 +18,19 @@
 //! client that never reads costs its own session and nothing else.
 
 use super::http::Request;
-use super::netns_dial::{self, Dialer};
 use super::portforward_streams::{Added, Pairs};
+use super::portforward_target::{
+    BACKLOG, CHUNK, IDLE_TIMEOUT, PodNetwork, Target, dial, forward_error, write_backlog,
+};
 
-use super::server;
-use super::server::{State, Tls};
+use super::context::{self, State, Tls};
 use super::spdy;
 use super::spdyconn::{self, Conn, OwnedFrame};
 use super::{portforward_ws, wsconn};
 use crate::generate::output::{self, GeneratedPod};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use std::collections::BTreeMap;
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::net::{Shutdown, TcpStream};
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
@@ -38,53 +39,30 @@ use std::time::{Duration, Instant};
 pub const PROTOCOL: &str = "portforward.k8s.io";
 /// How long a pair has to get its second stream (the kubelet's default).
 const STREAM_CREATION_TIMEOUT: Duration = Duration::from_secs(30);
-/// A session with no traffic either way for this long is closed (the kubelet's default).
-pub(super) const IDLE_TIMEOUT: Duration = Duration::from_secs(4 * 3600);
 /// Once one direction of a forwarded connection has ended, how long the other may go on
 /// (the runtimes' own grace, as socat's).
 const GRACE: Duration = Duration::from_secs(1);
-/// The client's bytes taken ahead of the pod reading them, per connection.
-pub(super) const BACKLOG: usize = 64 * 1024;
-/// Bytes read from the pod per frame (spdystream's own chunk).
-pub(super) const CHUNK: usize = 32 * 1024;
-
-/// The pod being forwarded to.
-pub(super) struct Target {
-    /// `namespace/name`, as the kubelet names the pod in its messages.
-    pod: String,
-    uid: String,
-    /// The pod's network namespace when it has one of its own (`network: private`).
-    netns: Option<PodNetwork>,
-}
-
-/// A pod's own network namespace: its pod unit (whose namespace the dialer joins), and the
-/// dialer once started (or why it could not be).
-struct PodNetwork {
-    pod_unit: String,
-    dialer: Option<Result<Dialer, String>>,
-}
-
 /// Serves the request; returns whether the connection may carry another (never, once
 /// upgraded).
 pub(super) fn port_forward(state: &State, stream: &mut Tls, req: &Request, rest: &str) -> bool {
     let parts: Vec<&str> = rest.split('/').collect();
     let (ns, name) = match parts[..] {
         [ns, pod] | [ns, pod, _] if !ns.is_empty() && !pod.is_empty() => (ns, pod),
-        _ => return server::refuse(stream, req, 404, "404 page not found\n"),
+        _ => return context::refuse(stream, req, 404, "404 page not found\n"),
     };
     if req.method != "POST" && req.method != "GET" {
-        return server::refuse(stream, req, 405, "405 method not allowed\n");
+        return context::refuse(stream, req, 405, "405 method not allowed\n");
     }
-    let pods = super::routes::generated_pods(state);
+    let pods = super::context::generated_pods(state);
     let Some(pod) = pods
         .iter()
         .find(|p| p.key.namespace == ns && p.key.name == name)
     else {
-        return server::refuse(stream, req, 404, "pod does not exist\n");
+        return context::refuse(stream, req, 404, "pod does not exist\n");
     };
     let uid = parts.get(2).copied().unwrap_or("");
     if !uid.is_empty() && pod.uid.as_deref() != Some(uid) {
-        return server::refuse(stream, req, 404, "pod not found\n");
+        return context::refuse(stream, req, 404, "pod not found\n");
     }
     let mut target = Target {
         pod: format!("{ns}/{name}"),
@@ -97,7 +75,7 @@ pub(super) fn port_forward(state: &State, stream: &mut Tls, req: &Request, rest:
     if wsconn::is_websocket(req) {
         let ports = match portforward_ws::ports(req) {
             Ok(p) => p,
-            Err(m) => return server::refuse(stream, req, 400, &m),
+            Err(m) => return context::refuse(stream, req, 400, &m),
         };
         let protocol = match wsconn::upgrade(stream, req, &wsconn::PORT_FORWARD_PROTOCOLS) {
             Ok(p) => p,
@@ -138,30 +116,6 @@ struct Forward {
     client_fin: bool,
     /// When the first direction ended: the other has [`GRACE`] from then.
     ending: Option<Instant>,
-}
-
-/// Connects to `port` on the pod's localhost as the runtimes do: IPv4, then IPv6; in the pod's
-/// own network namespace through its dialer, started on first use.
-pub(super) fn dial(target: &mut Target, port: u16) -> Result<TcpStream, String> {
-    let Some(net) = &mut target.netns else {
-        return netns_dial::dial_localhost(port);
-    };
-    let dialer = net.dialer.get_or_insert_with(|| {
-        let client = crate::systemd::Client::system().map_err(|e| e.to_string())?;
-        Dialer::start(&client, &crate::exec::cli_binary(), &net.pod_unit).map_err(|e| e.to_string())
-    });
-    match dialer {
-        Ok(d) => d.dial(port),
-        Err(why) => Err(why.clone()),
-    }
-}
-
-/// The kubelet's message on the error stream when forwarding failed.
-pub(super) fn forward_error(target: &Target, port: u16, why: &str) -> String {
-    format!(
-        "error forwarding port {port} to pod {}, uid {}: {why}",
-        target.pod, target.uid
-    )
 }
 
 /// Ends a pair: `message` (if any) on its error stream, then both streams closed.
@@ -272,18 +226,6 @@ fn serve(conn: &mut Conn<'_>, target: &mut Target) -> io::Result<()> {
     }
 }
 
-/// Writes what the pod's connection takes of the client's bytes.
-pub(super) fn write_backlog(sock: &mut TcpStream, backlog: &mut Vec<u8>) {
-    match sock.write(backlog) {
-        Ok(n) => {
-            backlog.drain(..n);
-        }
-        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-        // The pod closed its side: what the client sends goes nowhere.
-        Err(_) => backlog.clear(),
-    }
-}
-
 /// Acts on one frame from the client; false when the session is over.
 fn frame(
     conn: &mut Conn<'_>,
@@ -296,7 +238,7 @@ fn frame(
         OwnedFrame::Ping(id) => conn.send(&spdy::ping(id))?,
         OwnedFrame::GoAway => return Ok(false),
         OwnedFrame::SynStream { stream, block } => {
-            let headers = conn.inflate.block(&block).map_err(server::bad)?;
+            let headers = conn.inflate.block(&block).map_err(context::bad)?;
             match pairs.add(stream, &headers, Instant::now()) {
                 Added::Reset(_) => conn.send(&spdy::rst_stream(stream, spdy::CANCEL))?,
                 Added::Refused => conn.send(&spdy::rst_stream(stream, spdy::REFUSED_STREAM))?,

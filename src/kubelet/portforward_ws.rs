@@ -11,8 +11,8 @@
 //! does not: that is refused here too, and kubectl falls back to SPDY.
 
 use super::http::Request;
-use super::portforward::{self, BACKLOG, CHUNK, IDLE_TIMEOUT, Target};
 use super::portforward_streams::MAX_PAIRS;
+use super::portforward_target::{self, BACKLOG, CHUNK, IDLE_TIMEOUT, Target};
 use super::wsconn::WsConn;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use std::io::{self, Read};
@@ -68,7 +68,7 @@ pub(super) fn serve(conn: &mut WsConn<'_>, target: &mut Target, ports: &[u16]) -
     }
     let mut fwd: Vec<Option<Forward>> = Vec::with_capacity(ports.len());
     for (i, &port) in ports.iter().enumerate() {
-        let sock = portforward::dial(target, port).and_then(|s| {
+        let sock = portforward_target::dial(target, port).and_then(|s| {
             s.set_nonblocking(true).map_err(|e| e.to_string())?;
             Ok(s)
         });
@@ -78,7 +78,7 @@ pub(super) fn serve(conn: &mut WsConn<'_>, target: &mut Target, ports: &[u16]) -
                 backlog: Vec::new(),
             })),
             Err(why) => {
-                let msg = portforward::forward_error(target, port, &why);
+                let msg = portforward_target::forward_error(target, port, &why);
                 conn.send(2 * i as u8 + 1, msg.as_bytes())?;
                 fwd.push(None);
             }
@@ -153,7 +153,7 @@ pub(super) fn serve(conn: &mut WsConn<'_>, target: &mut Target, ports: &[u16]) -
             let Some(f) = fwd[i].as_mut() else { continue };
             let mut failed = None;
             if writable {
-                portforward::write_backlog(&mut f.sock, &mut f.backlog);
+                portforward_target::write_backlog(&mut f.sock, &mut f.backlog);
             }
             let mut done = false;
             if readable {
@@ -165,7 +165,7 @@ pub(super) fn serve(conn: &mut WsConn<'_>, target: &mut Target, ports: &[u16]) -
                 }
             }
             if let Some(why) = failed {
-                let msg = portforward::forward_error(target, ports[i], &why);
+                let msg = portforward_target::forward_error(target, ports[i], &why);
                 conn.send(2 * i as u8 + 1, msg.as_bytes())?;
                 done = true;
             }

@@ -15,8 +15,9 @@
 //! so a client that never reads or a command that never reads costs a few buffers, nothing more.
 
 use super::channels::{self, Channel, Channels, Event, Spdy};
+use super::context::{self, State, Tls};
 use super::http::Request;
-use super::server::{self, State, Tls};
+use super::session::{Options, options, status_message};
 use super::spdyconn::{Conn, Wanted, open_streams, upgrade};
 
 use super::wsconn;
@@ -41,112 +42,11 @@ const STDIN_BACKLOG: usize = 64 * 1024;
 /// Output read from the command per frame (spdystream's own chunk).
 const CHUNK: usize = 32 * 1024;
 
-/// What the request asks for.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Options {
-    pub command: Vec<String>,
-    pub stdin: bool,
-    pub stdout: bool,
-    pub stderr: bool,
-    pub tty: bool,
-}
-
-/// The query of an exec request, by the kubelet's rules: `command` repeated, the stream flags
-/// `input`, `output`, `error` and `tty` (as the API server names them for the kubelet; also the
-/// `stdin`, `stdout`, `stderr` of its own API) set by `1` (or `true`), at least one stream.
-pub fn options(req: &Request) -> Result<Options, String> {
-    let o = Options {
-        command: req
-            .query
-            .iter()
-            .filter(|(k, _)| k == "command")
-            .map(|(_, v)| v.clone())
-            .collect(),
-        ..stream_flags(req)?
-    };
-    if o.command.is_empty() {
-        return Err("you must specify a command".into());
-    }
-    Ok(o)
-}
-
-/// The stream flags of an exec or attach request (no command), at least one stream.
-pub fn stream_flags(req: &Request) -> Result<Options, String> {
-    let set = |n: &str| matches!(req.param(n), Some("1" | "true"));
-    let flag = |n: &str| {
-        set(n)
-            || set(match n {
-                "stdin" => "input",
-                "stdout" => "output",
-                "stderr" => "error",
-                other => other,
-            })
-    };
-    let o = Options {
-        command: Vec::new(),
-        stdin: flag("stdin"),
-        stdout: flag("stdout"),
-        stderr: flag("stderr"),
-        tty: flag("tty"),
-    };
-    if !(o.stdin || o.stdout || o.stderr) {
-        return Err("you must specify at least 1 of stdin, stdout, stderr".into());
-    }
-    Ok(o)
-}
-
-/// Whether `protocol` carries how the command ended as a `metav1.Status` in JSON (the kubelet's
-/// `v4WriteStatusFunc`), over SPDY or WebSocket; the older ones carry an error's text only.
-fn json_status(protocol: &str) -> bool {
-    matches!(
-        protocol,
-        "v4.channel.k8s.io" | "v4.base64.channel.k8s.io" | "v5.channel.k8s.io"
-    )
-}
-
-/// How the command ended, as the `error` stream of `protocol` carries it (nothing: success on
-/// the older protocols).
-pub fn status_message(protocol: &str, argv: &[String], r: &Result<Exit, String>) -> Vec<u8> {
-    let code = match r {
-        Ok(Exit::Code(0)) => None,
-        Ok(Exit::Code(c)) => Some(*c),
-        // As the runtimes report a command killed by a signal.
-        Ok(Exit::Signal(s)) => Some(128 + s),
-        Err(_) => None,
-    };
-    let v4 = json_status(protocol);
-    let body = match (r, code) {
-        (Ok(_), None) if v4 => serde_json::json!({"metadata": {}, "status": "Success"}),
-        (Ok(_), None) => return Vec::new(),
-        (_, Some(c)) => {
-            let message = format!(
-                "command terminated with non-zero exit code: error executing command {argv:?}, \
-                 exit code {c}"
-            );
-            if !v4 {
-                return message.into_bytes();
-            }
-            serde_json::json!({"metadata": {}, "status": "Failure", "message": message,
-                "reason": "NonZeroExitCode",
-                "details": {"causes": [{"reason": "ExitCode", "message": c.to_string()}]}})
-        }
-        (Err(e), None) => {
-            let message = format!("Internal error occurred: {e}");
-            if !v4 {
-                return message.into_bytes();
-            }
-            serde_json::json!({"metadata": {}, "status": "Failure", "message": message,
-                "reason": "InternalError", "code": 500,
-                "details": {"causes": [{"message": e}]}})
-        }
-    };
-    serde_json::to_vec(&body).expect("serializable")
-}
-
 /// Serves the request; returns whether the connection may carry another (never, once
 /// upgraded).
 pub(super) fn exec(state: &State, stream: &mut Tls, req: &Request, rest: &str) -> bool {
-    let reply = |stream: &mut Tls, status: u16, msg: &str| server::refuse(stream, req, status, msg);
+    let reply =
+        |stream: &mut Tls, status: u16, msg: &str| context::refuse(stream, req, status, msg);
     let Some((ns, name, container)) = container_path(rest) else {
         return reply(stream, 404, "404 page not found\n");
     };
@@ -157,7 +57,7 @@ pub(super) fn exec(state: &State, stream: &mut Tls, req: &Request, rest: &str) -
         Ok(o) => o,
         Err(m) => return reply(stream, 400, &m),
     };
-    let pods = super::routes::generated_pods(state);
+    let pods = super::context::generated_pods(state);
     let unit =
         match exec::find_pod(&pods, ns, name).and_then(|p| exec::container_unit(p, container)) {
             Ok(u) => u.to_string(),

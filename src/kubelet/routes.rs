@@ -2,13 +2,11 @@
 //! per path. Each handler returns whether the connection may carry another request.
 
 use super::auth::{self, Denied};
+use super::context::{State, TEXT, Tls, generated_pods, peer_alive};
 use super::http::{self, Request};
-use super::server::{State, Tls, peer_alive};
 use super::{query, stats};
-use crate::generate::output::{self, GeneratedPod};
 use crate::logs::{self, LogError};
 
-pub(super) const TEXT: &str = "text/plain; charset=utf-8";
 const JSON: &str = "application/json";
 /// The Prometheus text format, version 0.0.4.
 const PROMETHEUS: &str = "text/plain; version=0.0.4";
@@ -72,10 +70,6 @@ pub(super) fn handle(state: &State, stream: &mut Tls, req: &Request) -> bool {
 fn reply(stream: &mut Tls, req: &Request, status: u16, ctype: &str, body: &[u8]) -> bool {
     let body = if req.method == "HEAD" { &[][..] } else { body };
     http::write_response(stream, status, ctype, body, req.close).is_ok()
-}
-
-pub(super) fn generated_pods(state: &State) -> Vec<GeneratedPod> {
-    output::scan(&state.paths.host(output::GENERATOR_DIR)).unwrap_or_default()
 }
 
 fn sample(state: &State) -> stats::Sample {

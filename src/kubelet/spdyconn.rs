@@ -3,8 +3,8 @@
 //! session's client opens first. [`super::wsconn`] is the WebSocket counterpart; both serve
 //! [`super::channels`].
 
+use super::context::{self, Tls};
 use super::http::Request;
-use super::server::{self, Tls};
 use super::spdy::headers::{Deflater, Inflater};
 use super::spdy::{self, Frame};
 use std::io::{self, Write};
@@ -37,7 +37,8 @@ pub(super) fn upgrade(
     req: &Request,
     supported: &[&'static str],
 ) -> Result<&'static str, bool> {
-    let reply = |stream: &mut Tls, status: u16, msg: &str| server::refuse(stream, req, status, msg);
+    let reply =
+        |stream: &mut Tls, status: u16, msg: &str| context::refuse(stream, req, status, msg);
     let spdy = req
         .header("upgrade")
         .is_some_and(|u| u.eq_ignore_ascii_case("SPDY/3.1"));
@@ -121,12 +122,12 @@ impl<'a> Conn<'a> {
     /// Reads what the socket has (blocking until something arrives when it has nothing);
     /// false once the client has closed its side.
     pub fn fill(&mut self) -> io::Result<bool> {
-        server::fill(self.tls, &mut self.inbuf, &mut self.eof)
+        context::fill(self.tls, &mut self.inbuf, &mut self.eof)
     }
 
     /// The next whole frame in the buffer, copied out of it (`handle` gets it by value).
     pub fn next_frame(&mut self) -> io::Result<Option<OwnedFrame>> {
-        let Some((frame, used)) = spdy::parse(&self.inbuf).map_err(server::bad)? else {
+        let Some((frame, used)) = spdy::parse(&self.inbuf).map_err(context::bad)? else {
             return Ok(None);
         };
         let owned = OwnedFrame::from(frame);
@@ -143,7 +144,7 @@ impl<'a> Conn<'a> {
         match f {
             OwnedFrame::Ping(id) => self.send(&spdy::ping(id)).map(|_| None),
             OwnedFrame::SynStream { stream, block } => {
-                let headers = self.inflate.block(&block).map_err(server::bad)?;
+                let headers = self.inflate.block(&block).map_err(context::bad)?;
                 let kind = headers
                     .iter()
                     .find(|(n, _)| n == "streamtype")

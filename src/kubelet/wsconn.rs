@@ -10,9 +10,9 @@
 //! client's close signal, so it is served too.
 
 use super::channels::{Channel, Channels, Event};
+use super::context::{self, Tls};
 use super::http::{self, Request};
-use super::remotecommand::Options;
-use super::server::{self, Tls};
+use super::session::Options;
 use super::websocket::{self, Assembler, Message, WsError};
 use sha1::{Digest, Sha1};
 use std::io::{self, Write};
@@ -103,7 +103,7 @@ pub(super) fn upgrade(
             stream,
             status,
             &extra,
-            super::routes::TEXT,
+            super::context::TEXT,
             msg.as_bytes(),
             req.close,
         )
@@ -158,7 +158,7 @@ impl<'a> WsConn<'a> {
     /// Reads what the socket has (blocking until something arrives when it has nothing);
     /// false once the client has closed its side.
     pub fn fill(&mut self) -> io::Result<bool> {
-        server::fill(self.tls, &mut self.inbuf, &mut self.eof)
+        context::fill(self.tls, &mut self.inbuf, &mut self.eof)
     }
 
     /// The next channel message out of what was read. Pings are answered; a close is answered
@@ -196,7 +196,7 @@ impl<'a> WsConn<'a> {
 
     fn fail(&mut self, e: WsError) -> io::Error {
         self.close_with(e.code());
-        server::bad(e)
+        context::bad(e)
     }
 
     fn close_with(&mut self, code: u16) {
@@ -325,7 +325,7 @@ impl Channels for WsChannels<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kubelet::remotecommand;
+    use crate::kubelet::session;
 
     fn req(method: &str, headers: &[(&str, &str)]) -> Request {
         let mut head = format!("{method} /exec/default/web/main?command=sh&stdout=1 HTTP/1.1\r\n");
@@ -418,11 +418,8 @@ mod tests {
     #[test]
     fn the_exit_status_as_the_error_channel_carries_it() {
         let argv = ["sh".to_string()];
-        let failed = remotecommand::status_message(
-            "v5.channel.k8s.io",
-            &argv,
-            &Ok(crate::exec::Exit::Code(3)),
-        );
+        let failed =
+            session::status_message("v5.channel.k8s.io", &argv, &Ok(crate::exec::Exit::Code(3)));
         let frame = websocket::channel_frame("v5.channel.k8s.io", ERROR, &failed);
         // One binary frame: channel 3, then the metav1.Status kubectl reads the exit code from.
         assert_eq!(frame[0], 0x82);
@@ -438,14 +435,14 @@ mod tests {
             status["details"]["causes"][0],
             serde_json::json!({"reason": "ExitCode", "message": "3"})
         );
-        let ok = remotecommand::status_message(
+        let ok = session::status_message(
             "v4.base64.channel.k8s.io",
             &argv,
             &Ok(crate::exec::Exit::Code(0)),
         );
         assert_eq!(ok, br#"{"metadata":{},"status":"Success"}"#);
         // The older protocols: nothing on success, the text on failure.
-        let v1 = |p| remotecommand::status_message(p, &argv, &Ok(crate::exec::Exit::Code(0)));
+        let v1 = |p| session::status_message(p, &argv, &Ok(crate::exec::Exit::Code(0)));
         assert!(v1("channel.k8s.io").is_empty() && v1("").is_empty());
         // The close frame that ends a session: 1000, unmasked.
         assert_eq!(

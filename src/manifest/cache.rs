@@ -24,9 +24,9 @@
 //!   same values), and the fast path turns them into objects only when they are clean
 //!   ([`super::fast`]): the result is what parsing the file gives.
 
+use super::Object;
 use super::discover;
 use super::fast;
-use super::parse::Object;
 use crate::common::paths::Paths;
 use std::collections::BTreeSet;
 use std::io::{self, Read};
@@ -126,7 +126,7 @@ pub fn name(text: &str) -> String {
 /// The entry for manifest `text`: None unless every document is a clean Pod, ConfigMap or
 /// Secret (what the generator would refuse or warn about is left to parsing the file).
 pub fn entry(text: &str) -> Option<(String, String)> {
-    let docs = super::parse::documents(text).ok()?;
+    let docs = super::documents::documents(text).ok()?;
     let mut body = String::new();
     for doc in docs.iter().filter(|d| !d.is_null()) {
         let line = serde_json::to_string(doc).ok()?;

@@ -9,7 +9,7 @@
 //! clean document gives the same object either way: k8s-openapi's types take each field as it
 //! comes, the last of duplicate keys wins in both, and every `apiVersion`/`kind` is checked.
 
-use super::parse::Object;
+use super::Object;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use serde::de::{self, DeserializeOwned, DeserializeSeed, IgnoredAny, MapAccess, Visitor};
 use std::borrow::Cow;

@@ -4,6 +4,7 @@
 pub mod admission;
 pub mod cache;
 pub mod discover;
+pub mod documents;
 pub mod fast;
 pub mod names;
 pub mod parse;
@@ -14,11 +15,19 @@ pub(crate) mod unknown;
 use crate::common::diag::Problem;
 use crate::common::paths::{Paths, Source};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
-use parse::{Object, UnknownFields};
+use parse::UnknownFields;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
+
+/// The kinds a manifest may hold.
+#[derive(Debug, Clone)]
+pub enum Object {
+    Pod(Box<Pod>),
+    ConfigMap(Box<ConfigMap>),
+    Secret(Box<Secret>),
+}
 
 /// A pod and where it came from. `pod.metadata.namespace` and `.uid` are always set.
 #[derive(Debug, Clone)]

@@ -29,8 +29,7 @@ pub fn find<T: DeserializeOwned>(doc: &Value) -> Found {
         let mut unknown = Vec::new();
         let mut track = serde_path_to_error::Track::new();
         let result = {
-            let mut record =
-                |p: serde_ignored::Path<'_>| unknown.push(super::parse::ignored_path(&p));
+            let mut record = |p: serde_ignored::Path<'_>| unknown.push(ignored_path(&p));
             let de = serde_ignored::Deserializer::new(&doc, &mut record);
             T::deserialize(serde_path_to_error::Deserializer::new(de, &mut track))
         };
@@ -197,6 +196,26 @@ fn show(v: &Value) -> String {
         format!("{cut}...")
     } else {
         s
+    }
+}
+
+/// kubectl-style path (`spec.containers[0].comand`) from serde_ignored's.
+pub(super) fn ignored_path(p: &serde_ignored::Path<'_>) -> String {
+    use serde_ignored::Path as P;
+    match p {
+        P::Root => String::new(),
+        P::Seq { parent, index } => format!("{}[{index}]", ignored_path(parent)),
+        P::Map { parent, key } => {
+            let base = ignored_path(parent);
+            if base.is_empty() {
+                key.clone()
+            } else {
+                format!("{base}.{key}")
+            }
+        }
+        P::Some { parent } | P::NewtypeStruct { parent } | P::NewtypeVariant { parent } => {
+            ignored_path(parent)
+        }
     }
 }
 

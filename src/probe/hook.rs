@@ -5,7 +5,7 @@
 //! container's sandbox. `httpGet` and `sleep` hooks are `podunit hook` in the same places
 //! ([`crate::prober::hook_run`]): its HTTP client is the probes' (`src/prober/check.rs`).
 
-use super::spec::{self, Handler, Problem, problem};
+use super::handler::{self, Handler, Problem, problem};
 use k8s_openapi::api::core::v1 as core;
 use serde::{Deserialize, Serialize};
 
@@ -66,7 +66,7 @@ pub fn check(ctr: &core::Container, h: &core::LifecycleHandler, grace: i64) -> V
         out.push(problem("exec.command", "Required value"));
     }
     if let Some(g) = &h.http_get {
-        spec::check_http_get(ctr, g, "httpGet", &mut out);
+        handler::check_http_get(ctr, g, "httpGet", &mut out);
     }
     if h.tcp_socket.is_some() {
         // Accepted by the API server for old clients, but the kubelet cannot run it: every run
@@ -97,7 +97,7 @@ pub fn hook(ctr: &core::Container, h: &core::LifecycleHandler) -> Option<Hook> {
         return Some(Hook::Exec(e.command.clone().unwrap_or_default()));
     }
     if let Some(g) = &h.http_get {
-        return Some(Hook::Http(spec::http_get(ctr, g)));
+        return Some(Hook::Http(handler::http_get(ctr, g)));
     }
     h.sleep.as_ref().map(|s| Hook::Sleep(s.seconds))
 }

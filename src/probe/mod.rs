@@ -7,6 +7,7 @@
 //! - [`hook`]: lifecycle hooks (`postStart`, `preStop`) as the plan carries them;
 //! - [`kill`]: the timing of a liveness or startup kill, preStop first.
 
+pub mod handler;
 pub mod hook;
 pub mod kill;
 pub mod spec;

@@ -238,7 +238,7 @@ impl Container {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::probe::spec::Handler;
+    use crate::probe::handler::Handler;
 
     fn probe(initial: u32, period: u32, success: u32, failure: u32) -> Probe {
         Probe {

@@ -2,7 +2,7 @@
 //! so that events read as a kubelet's do. Network probes run in podunit-sync itself (pods share
 //! the host's network); exec probes run inside the container through [`super::exec`].
 
-use crate::probe::spec::Handler;
+use crate::probe::handler::Handler;
 use crate::probe::state::Outcome;
 use std::io::Read;
 use std::net::{TcpStream, ToSocketAddrs};

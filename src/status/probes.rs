@@ -112,7 +112,8 @@ pub fn plan_probes(generator_dir: &Path, pod_unit: &str) -> Vec<ContainerProbes>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::probe::spec::{Handler, Probe};
+    use crate::probe::handler::Handler;
+    use crate::probe::spec::Probe;
 
     fn probes(startup: bool, readiness: bool) -> ContainerProbes {
         let p = Probe {

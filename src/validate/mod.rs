@@ -36,7 +36,7 @@ impl Check<'_> {
 
 impl Check<'_> {
     /// A probe's or hook's problem, whose dotted path (`httpGet.port`) is below `base`.
-    fn below(&mut self, base: &FieldPath, pr: crate::probe::spec::Problem) {
+    fn below(&mut self, base: &FieldPath, pr: crate::probe::handler::Problem) {
         let mut path = base.clone();
         for part in pr.path.split('.').filter(|s| !s.is_empty()) {
             path = path.field(part);
