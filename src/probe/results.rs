@@ -40,9 +40,10 @@ impl Results {
             .unwrap_or_default()
     }
 
-    pub fn save(&self, path: &Path) -> Result<(), crate::localsync::statefile::Error> {
+    pub fn save(&self, path: &Path) -> Result<(), crate::common::atomicfile::Error> {
+        use crate::common::atomicfile;
         let bytes = serde_json::to_vec(self).expect("plain data");
-        crate::localsync::statefile::write_atomic(path, &bytes)
+        atomicfile::write(path, &bytes, atomicfile::Options::new(0o600))
     }
 }
 

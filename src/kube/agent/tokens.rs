@@ -6,7 +6,6 @@ use super::state::Phase;
 use super::worker::Worker;
 use crate::common::paths::Paths;
 use crate::kube::client;
-use crate::kube::spool;
 use crate::kube::token;
 use k8s_openapi::api::authentication::v1::TokenRequest;
 use std::path::PathBuf;
@@ -71,7 +70,9 @@ impl Worker {
                     .recursive(true)
                     .mode(0o700)
                     .create(&dir)?;
-                spool::write_atomic(&file, st.token.as_bytes(), 0o600)
+                use crate::common::atomicfile;
+                let opts = atomicfile::Options::new(0o600);
+                atomicfile::write(&file, st.token.as_bytes(), opts).map_err(Into::into)
             };
             if let Err(e) = write() {
                 return Err(Some(format!("writing the token: {e}")));
