@@ -15,9 +15,8 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod, PodSpec, Secret};
 use serde::Serialize;
 use std::collections::BTreeSet;
 use std::fs;
-use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::PathBuf;
 
 /// The spool file name of a pod.
 pub fn file_name(namespace: &str, name: &str) -> String {
@@ -169,7 +168,7 @@ impl Spool {
         for e in fs::read_dir(&self.dir)? {
             let e = e?;
             let n = e.file_name().to_string_lossy().into_owned();
-            if n.starts_with(".tmp-") {
+            if crate::common::atomicfile::is_temp(&n) {
                 let _ = fs::remove_file(e.path());
             }
         }
@@ -182,7 +181,8 @@ impl Spool {
         if fs::read(&path).is_ok_and(|old| old == content) {
             return Ok(false);
         }
-        write_atomic(&path, content, 0o600)?;
+        use crate::common::atomicfile;
+        atomicfile::write(&path, content, atomicfile::Options::new(0o600))?;
         Ok(true)
     }
 
@@ -190,7 +190,7 @@ impl Spool {
     pub fn remove(&self, name: &str) -> std::io::Result<bool> {
         match fs::remove_file(self.dir.join(name)) {
             Ok(()) => {
-                sync_dir(&self.dir)?;
+                crate::common::atomicfile::sync_dir(&self.dir)?;
                 Ok(true)
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
@@ -210,39 +210,6 @@ impl Spool {
         out.sort();
         Ok(out)
     }
-}
-
-/// Temp file in the same directory, fsync, rename over `path`, fsync the directory.
-pub fn write_atomic(path: &Path, content: &[u8], mode: u32) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(".tmp-{}-{name}", std::process::id()));
-    let result = (|| {
-        let mut f = fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(mode)
-            .open(&tmp)?;
-        // The mode given to open() is filtered by the umask; make it exact.
-        f.set_permissions(fs::Permissions::from_mode(mode))?;
-        f.write_all(content)?;
-        f.sync_all()?;
-        drop(f);
-        fs::rename(&tmp, path)?;
-        sync_dir(dir)
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result
-}
-
-fn sync_dir(dir: &Path) -> std::io::Result<()> {
-    fs::File::open(dir)?.sync_all()
 }
 
 #[cfg(test)]
@@ -362,7 +329,7 @@ spec:
         let text = render(&p, &[cm], &[sec]);
         let mut c = crate::manifest::Catalog::default();
         c.add_text(
-            Path::new("/var/lib/podunit/spool/ns_p.yaml"),
+            std::path::Path::new("/var/lib/podunit/spool/ns_p.yaml"),
             &text,
             crate::common::paths::Source::Spool,
         );

@@ -4,7 +4,6 @@
 use super::context::{log, now, uid_of};
 use super::state::Phase;
 use super::worker::Worker;
-use crate::agent::spool;
 use crate::common::paths::Paths;
 use crate::kube::client;
 use crate::kube::token;
@@ -71,7 +70,9 @@ impl Worker {
                     .recursive(true)
                     .mode(0o700)
                     .create(&dir)?;
-                spool::write_atomic(&file, st.token.as_bytes(), 0o600)
+                use crate::common::atomicfile;
+                let opts = atomicfile::Options::new(0o600);
+                atomicfile::write(&file, st.token.as_bytes(), opts).map_err(Into::into)
             };
             if let Err(e) = write() {
                 return Err(Some(format!("writing the token: {e}")));

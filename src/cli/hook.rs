@@ -91,8 +91,10 @@ pub fn run(a: Args) -> ExitCode {
         Handler::Exec { command } => return exec(&command),
     };
     let leave = |path: &str, what: &str| {
-        if let Err(w) = crate::common::atomicfile::write(Path::new(path), what.as_bytes()) {
-            eprintln!("podunit hook: {path}: {w}");
+        use crate::common::atomicfile;
+        let opts = atomicfile::Options::new(0o600);
+        if let Err(w) = atomicfile::write(Path::new(path), what.as_bytes(), opts) {
+            eprintln!("podunit hook: {w}");
         }
     };
     match result {

@@ -323,6 +323,7 @@ pub fn load_current(dir: &Path) -> Option<Serving> {
 
 /// Asks for a certificate, waits for it, stores it (root-only) and returns it.
 fn obtain(client: &Client, t: &Template, dir: &Path) -> Result<Serving, CsrError> {
+    use crate::common::atomicfile;
     let (key, pem) = request(t)?;
     let api = |e: crate::kube::client::ApiError| CsrError::Api(e.to_string());
     let path = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
@@ -382,8 +383,8 @@ fn obtain(client: &Client, t: &Template, dir: &Path) -> Result<Serving, CsrError
     let store = dir.join(CURRENT);
     let store_err = |e: String| CsrError::Store(store.clone(), e);
     tls::make_private_dir(dir).map_err(|e| store_err(e.to_string()))?;
-    crate::agent::spool::write_atomic(&store, &file, 0o600)
-        .map_err(|e| store_err(e.to_string()))?;
+    atomicfile::write(&store, &file, atomicfile::Options::new(0o600))
+        .map_err(|e| CsrError::Store(e.path, e.error.to_string()))?;
     let serving =
         tls::load_files(&store, &store).map_err(|e| CsrError::Certificate(e.to_string()))?;
     let leaf = serving

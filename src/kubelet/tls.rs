@@ -67,19 +67,22 @@ pub fn load_files(cert: &Path, key: &Path) -> Result<Serving, TlsError> {
 /// The node's own key (made once, root-only) and a self-signed certificate for `names` (host
 /// names and IP addresses), made anew at every start so it always names the current addresses.
 pub fn self_signed(dir: &Path, names: &[String]) -> Result<Serving, TlsError> {
+    use crate::common::atomicfile;
     let gen_err = |e: rcgen::Error| TlsError::Generate(e.to_string());
     let io_err = |p: &Path| {
         let p = p.to_path_buf();
         move |e: std::io::Error| TlsError::File(p.clone(), e.to_string())
     };
+    let written_err = |e: atomicfile::Error| TlsError::File(e.path, e.error.to_string());
     make_private_dir(dir).map_err(io_err(dir))?;
     let key_path = dir.join("kubelet.key");
     let key = match std::fs::read_to_string(&key_path) {
         Ok(pem) => rcgen::KeyPair::from_pem(&pem).map_err(gen_err)?,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let k = rcgen::KeyPair::generate().map_err(gen_err)?;
-            crate::agent::spool::write_atomic(&key_path, k.serialize_pem().as_bytes(), 0o600)
-                .map_err(io_err(&key_path))?;
+            let pem = k.serialize_pem();
+            atomicfile::write(&key_path, pem.as_bytes(), atomicfile::Options::new(0o600))
+                .map_err(written_err)?;
             k
         }
         Err(e) => return Err(io_err(&key_path)(e)),
@@ -103,8 +106,12 @@ pub fn self_signed(dir: &Path, names: &[String]) -> Result<Serving, TlsError> {
     params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
     let cert = params.self_signed(&key).map_err(gen_err)?;
     let crt_path = dir.join("kubelet.crt");
-    crate::agent::spool::write_atomic(&crt_path, cert.pem().as_bytes(), 0o644)
-        .map_err(io_err(&crt_path))?;
+    atomicfile::write(
+        &crt_path,
+        cert.pem().as_bytes(),
+        atomicfile::Options::new(0o644),
+    )
+    .map_err(written_err)?;
     Ok(Serving {
         chain: vec![cert.der().clone()],
         key: PrivateKeyDer::try_from(key.serialize_der())

@@ -34,17 +34,15 @@ pub fn load(path: &Path) -> Result<State, Error> {
     }
 }
 
-/// Writes `bytes` to `path` atomically, mode 0600 (the record names pods, nothing secret, but it
-/// is podunit's own business).
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
-    crate::common::atomicfile::write(path, bytes).map_err(|e| Error::Io(path.to_path_buf(), e))
-}
-
+/// Writes the record atomically, mode 0600 (it names pods, nothing secret, but it is podunit's
+/// own business).
 pub fn save(path: &Path, state: &State) -> Result<(), Error> {
+    use crate::common::atomicfile;
     let mut bytes =
         serde_json::to_vec_pretty(state).map_err(|e| Error::Parse(path.to_path_buf(), e))?;
     bytes.push(b'\n');
-    write_atomic(path, &bytes)
+    atomicfile::write(path, &bytes, atomicfile::Options::new(0o600))
+        .map_err(|e| Error::Io(e.path, e.error))
 }
 
 #[cfg(test)]

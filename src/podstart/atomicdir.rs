@@ -12,15 +12,15 @@
 //! mix and never a partial file. Files bound one by one (`subPath`) keep the version they were bound
 //! to, as with the kubelet. Writers of the same directory are serialised with `flock(2)` on it.
 
+use crate::common::atomicfile;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
-use std::io::{self, Write};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::Path;
 
 /// The link that names the current version.
 pub const DATA: &str = "..data";
-const DATA_TMP: &str = "..data_tmp";
 
 /// One file of a payload.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,20 +69,11 @@ pub fn write(dir: &Path, payload: &Payload, owner: (u32, u32), dir_mode: u32) ->
         if let Some(parent) = path.parent() {
             mkdirs(&vdir, parent, owner, dir_mode)?;
         }
-        let mut out = fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&path)?;
-        out.write_all(&f.data)?;
-        std::os::unix::fs::fchown(&out, Some(owner.0), Some(owner.1))?;
-        out.set_permissions(fs::Permissions::from_mode(f.mode))?;
+        let opts = atomicfile::Options::new(f.mode).owner(owner.0, owner.1);
+        atomicfile::write(&path, &f.data, opts)?;
     }
     // The switch: one rename of a symlink.
-    let tmp = dir.join(DATA_TMP);
-    let _ = fs::remove_file(&tmp);
-    std::os::unix::fs::symlink(&version, &tmp)?;
-    fs::rename(&tmp, dir.join(DATA))?;
+    atomicfile::symlink(Path::new(&version), &dir.join(DATA))?;
     // Top-level names point through ..data; names that went away are removed.
     let tops: BTreeSet<&str> = payload
         .keys()
@@ -95,14 +86,11 @@ pub fn write(dir: &Path, payload: &Payload, owner: (u32, u32), dir_mode: u32) ->
             Ok(t) if t == Path::new(&want) => continue,
             _ => {}
         }
-        let tmp = dir.join(format!("..link_tmp.{top}"));
-        let _ = fs::remove_file(&tmp);
-        std::os::unix::fs::symlink(&want, &tmp)?;
         // A plain directory (a volume written before this layout) cannot be renamed over.
         if fs::symlink_metadata(&link).is_ok_and(|m| m.is_dir()) {
             fs::remove_dir_all(&link)?;
         }
-        fs::rename(&tmp, &link)?;
+        atomicfile::symlink(Path::new(&want), &link)?;
     }
     for e in fs::read_dir(dir)? {
         let e = e?;

@@ -3,6 +3,7 @@
 //! API files with their owner and mode, checks hostPaths, and writes the env files whose values exist
 //! only now. Secret values go only into root-only files on tmpfs.
 
+use crate::common::atomicfile;
 use crate::common::paths::Paths;
 use crate::escape;
 use crate::manifest::Catalog;
@@ -10,7 +11,7 @@ use crate::translate::plan::{EnvEntry, EnvFilePlan, FileSource, PodPlan, VolumeK
 use std::collections::BTreeMap;
 use std::fmt;
 use std::fs;
-use std::io::{self, Write};
+use std::io;
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -70,6 +71,15 @@ impl PrepareError {
             PrepareError::Missing { .. } | PrepareError::Env { .. } => "CreateContainerConfigError",
             PrepareError::Root(_) => "CreateContainerError",
             _ => "ContainerCreating",
+        }
+    }
+}
+
+impl From<atomicfile::Error> for PrepareError {
+    fn from(e: atomicfile::Error) -> Self {
+        PrepareError::Io {
+            path: e.path,
+            error: e.error,
         }
     }
 }
@@ -140,7 +150,8 @@ pub fn prepare(
     }
     for f in &plan.env_files {
         let text = env_file(plan, catalog, f, node_ip)?;
-        write_file(&paths.host(&f.path), text.as_bytes(), 0, 0, 0o600)?;
+        let opts = atomicfile::Options::new(0o600).owner(0, 0);
+        atomicfile::write(&paths.host(&f.path), text.as_bytes(), opts)?;
     }
     if let Some(etc) = &plan.etc {
         write_etc_files(plan, paths, etc, node_ip)?;
@@ -174,14 +185,9 @@ fn write_etc_files(
         ("hostname", etcfiles::hostname(etc)),
         ("resolv.conf", read("/etc/resolv.conf")),
     ];
+    let opts = atomicfile::Options::new(0o644).owner(0, 0);
     for (name, text) in files {
-        write_file(
-            &paths.host(&plan.etc_file(name)),
-            text.as_bytes(),
-            0,
-            0,
-            0o644,
-        )?;
+        atomicfile::write(&paths.host(&plan.etc_file(name)), text.as_bytes(), opts)?;
     }
     Ok(())
 }
@@ -251,16 +257,11 @@ fn write_record(
     record: &serde_json::Value,
 ) -> Result<(), PrepareError> {
     mkdir(dir, 0o755)?;
-    write_file(
-        &dir.join(format!("{name}.{kind}")),
-        record.to_string().as_bytes(),
-        0,
-        0,
-        0o644,
-    )?;
-    let link = dir.join(format!("{id}.{kind}"));
-    let _ = fs::remove_file(&link);
-    std::os::unix::fs::symlink(format!("{name}.{kind}"), &link).map_err(io_err(&link))
+    let file = format!("{name}.{kind}");
+    let opts = atomicfile::Options::new(0o644).owner(0, 0);
+    atomicfile::write(&dir.join(&file), record.to_string().as_bytes(), opts)?;
+    atomicfile::symlink(Path::new(&file), &dir.join(format!("{id}.{kind}")))?;
+    Ok(())
 }
 
 /// Removes the pod's runtime files (secrets and env files). Persistent state stays until the pod is
@@ -293,27 +294,6 @@ fn mkdir(path: &Path, mode: u32) -> Result<(), PrepareError> {
         .create(path)
         .map_err(io_err(path))?;
     fs::set_permissions(path, fs::Permissions::from_mode(mode)).map_err(io_err(path))
-}
-
-/// Writes a file atomically with its owner and mode set before it becomes visible.
-fn write_file(path: &Path, data: &[u8], uid: u32, gid: u32, mode: u32) -> Result<(), PrepareError> {
-    if let Some(parent) = path.parent() {
-        fs::create_dir_all(parent).map_err(io_err(parent))?;
-    }
-    let tmp = path.with_extension(format!("podunit-tmp{}", std::process::id()));
-    let mut f = fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)
-        .map_err(io_err(&tmp))?;
-    f.write_all(data).map_err(io_err(&tmp))?;
-    std::os::unix::fs::fchown(&f, Some(uid), Some(gid)).map_err(io_err(&tmp))?;
-    f.set_permissions(fs::Permissions::from_mode(mode))
-        .map_err(io_err(&tmp))?;
-    f.sync_all().map_err(io_err(&tmp))?;
-    fs::rename(&tmp, path).map_err(io_err(path))
 }
 
 fn prepare_volume(

@@ -40,9 +40,10 @@ impl Results {
             .unwrap_or_default()
     }
 
-    pub fn save(&self, path: &Path) -> std::io::Result<()> {
+    pub fn save(&self, path: &Path) -> Result<(), crate::common::atomicfile::Error> {
+        use crate::common::atomicfile;
         let bytes = serde_json::to_vec(self).expect("plain data");
-        crate::common::atomicfile::write(path, &bytes)
+        atomicfile::write(path, &bytes, atomicfile::Options::new(0o600))
     }
 }
 

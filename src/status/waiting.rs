@@ -78,9 +78,10 @@ fn path_of(paths: &Paths, uid: &str, writer: Option<Writer>) -> io::Result<PathB
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, format!("odd uid {uid:?}")))
 }
 
-/// Leaves `rec` for its pod (temp file and rename: a reader never sees half a record). The
-/// directory is readable by root only, as the rest of /run/podunit.
+/// Leaves `rec` for its pod, atomically: a reader never sees half a record. The directory is
+/// readable by root only, as the rest of /run/podunit.
 pub fn write(paths: &Paths, rec: &Record) -> io::Result<()> {
+    use crate::common::atomicfile;
     use std::os::unix::fs::DirBuilderExt;
     let path = path_of(paths, &rec.uid, Some(rec.writer))?;
     let dir = paths.host(DIR);
@@ -89,12 +90,7 @@ pub fn write(paths: &Paths, rec: &Record) -> io::Result<()> {
         .mode(0o700)
         .create(&dir)?;
     let text = serde_json::to_vec(rec).map_err(io::Error::other)?;
-    let tmp = dir.join(format!(
-        ".{}.tmp",
-        path.file_name().unwrap_or_default().to_string_lossy()
-    ));
-    std::fs::write(&tmp, text)?;
-    std::fs::rename(&tmp, &path)
+    atomicfile::write(&path, &text, atomicfile::Options::new(0o644)).map_err(Into::into)
 }
 
 /// Removes the pod's record, if `writer` wrote it (or any record, with `None`).

@@ -48,6 +48,12 @@ impl fmt::Display for StoreError {
 
 impl std::error::Error for StoreError {}
 
+impl From<crate::common::atomicfile::Error> for StoreError {
+    fn from(e: crate::common::atomicfile::Error) -> Self {
+        StoreError::Io(e.path, e.error)
+    }
+}
+
 /// What a name points at, as recorded by the pull that stored it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RefRecord {

@@ -5,6 +5,7 @@
 //! the store lock exclusively, pulls take it shared.
 
 use super::{RefRecord, Store, StoreError};
+use crate::common::atomicfile;
 use crate::image::digest::Digest;
 use crate::image::reference::Reference;
 use rustix::fs::{self as rfs, FlockOperation, Mode, OFlags};
@@ -127,9 +128,9 @@ impl Store {
 
     /// Puts what one pull verified into the store, durably and in an order that keeps every
     /// reader safe: the layers' and blobs' contents and the records are written under `tmp/`
-    /// (`work`), the file system is synced once, then layers and blobs are renamed into place and
-    /// their directories synced, and only then are the records renamed (a record is what makes
-    /// an image present). A crash at any point leaves complete entries or leftovers in `tmp/`.
+    /// (`work`), the file system is synced once, then layers and blobs are renamed into place
+    /// (each rename synced), and only then are the records (a record is what makes an image
+    /// present). A crash at any point leaves complete entries or leftovers in `tmp/`.
     /// A layer another pull put in place meanwhile wins; ours is dropped. A record that says
     /// what the stored one says is not written again.
     pub fn commit(&self, work: &Path, batch: Commit) -> Result<(), StoreError> {
@@ -178,28 +179,16 @@ impl Store {
         rfs::syncfs(fd.as_fd()).map_err(|e| io(work, e))?;
         for (unpacked, diff_id) in &batch.layers {
             let dest = self.layer_path(diff_id);
-            match std::fs::rename(unpacked, &dest) {
+            match atomicfile::rename(unpacked, &dest) {
                 Ok(()) => {}
-                Err(_) if dest.is_dir() => {}
-                Err(e) => return Err(io(&dest, e)),
+                // The rename itself failed (the error names the destination) where another
+                // pull's layer is: it wins.
+                Err(e) if e.path == dest && dest.is_dir() => {}
+                Err(e) => return Err(e.into()),
             }
         }
-        for (tmp, dest) in &blobs {
-            std::fs::rename(tmp, dest).map_err(|e| io(dest, e))?;
-        }
-        if !batch.layers.is_empty() {
-            sync_dir(&self.root.join("layers/sha256"))?;
-        }
-        if !blobs.is_empty() {
-            sync_dir(&self.root.join("blobs/sha256"))?;
-        }
-        let mut dirs = std::collections::BTreeSet::new();
-        for (tmp, dest) in &records {
-            std::fs::rename(tmp, dest).map_err(|e| io(dest, e))?;
-            dirs.insert(dest.parent().expect("a record has a parent").to_path_buf());
-        }
-        for d in dirs {
-            sync_dir(&d)?;
+        for (tmp, dest) in blobs.iter().chain(&records) {
+            atomicfile::rename(tmp, dest)?;
         }
         Ok(())
     }
@@ -277,14 +266,4 @@ fn write_new(p: &Path, bytes: &[u8]) -> Result<(), StoreError> {
         .open(p)
         .map_err(|e| io(p, e))?;
     f.write_all(bytes).map_err(|e| io(p, e))
-}
-
-fn sync_dir(dir: &Path) -> Result<(), StoreError> {
-    let fd = rfs::open(
-        dir,
-        OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(|e| io(dir, e))?;
-    rfs::fsync(&fd).map_err(|e| io(dir, e))
 }
