@@ -149,6 +149,36 @@ pub fn all(ctx: &PodContext<'_>) -> Result<Vec<Built>, Vec<Fault>> {
     }
 }
 
+/// One container as the builders of its unit's sections read it.
+struct ContainerCtx<'a> {
+    pod: &'a PodContext<'a>,
+    spec: &'a k8s_openapi::api::core::v1::PodSpec,
+    c: &'a Container,
+    role: Role,
+    /// `spec.containers[i]` (or `spec.initContainers[i]`), where faults point.
+    path: &'a str,
+    ns: &'a str,
+    pod_name: &'a str,
+    uid: &'a str,
+}
+
+/// Where the container's root comes from, as the later sections need to know it.
+struct ContainerImage {
+    /// A pulled image: its root, config and user records.
+    stored: Option<Box<StoredImage>>,
+    /// An image still to be pulled supplies what the manifest leaves out (its Entrypoint, Cmd).
+    absent: bool,
+}
+
+/// The command line and where to look for its program, kept for `ExecStart=` until the sandbox
+/// is known (pid-init runs it).
+struct Command {
+    argv: Vec<Arg>,
+    search: Option<String>,
+}
+
+/// One container's unit. The builders add their lines in the order the unit has them, and faults
+/// in the order they are reported: both are part of the output.
 fn one(
     ctx: &PodContext<'_>,
     c: &Container,
@@ -158,53 +188,125 @@ fn one(
     later: &[String],
 ) -> Result<Built, Vec<Fault>> {
     let entry = ctx.entry;
-    let (ns, pod_name, uid) = (entry.namespace(), entry.name(), entry.uid());
-    let spec = entry.pod.spec.as_ref().expect("validated");
+    let cx = ContainerCtx {
+        pod: ctx,
+        spec: entry.pod.spec.as_ref().expect("validated"),
+        c,
+        role,
+        path,
+        ns: entry.namespace(),
+        pod_name: entry.name(),
+        uid: entry.uid(),
+    };
     let mut faults = Vec::new();
     let mut warnings = Vec::new();
-    let unit_name = naming::container_service(ns, pod_name, &c.name);
-    let mut u = UnitFile::new(unit_name);
+    let mut u = UnitFile::new(naming::container_service(cx.ns, cx.pod_name, &c.name));
     u.header = super::header(ctx.source);
 
-    let env_path = concat(&[Paths::RUNTIME, "/", uid, "/env/", &c.name, ".env"]);
+    let env_path = concat(&[Paths::RUNTIME, "/", cx.uid, "/env/", &c.name, ".env"]);
     let mut cenv = match env::container_env(&entry.pod, c, ctx.node, &env_path, path) {
         Ok(e) => e,
         Err(f) => return Err(vec![f]),
     };
 
-    // [Unit]: ordering and lifetime, all bound to the pod unit.
-    let un = u.section("Unit");
-    let what = match role {
+    unit_section(u.section("Unit"), &cx, before);
+    let svc = u.section("Service");
+    restarts(svc, &cx, later);
+    svc.trusted("Slice", ctx.slice.to_string());
+    let image = root_filesystem(svc, &cx, &mut faults);
+    if let Some(img) = &image.stored {
+        pulled_root(svc, &cx, img, &mut warnings);
+    }
+    let no_config = Default::default();
+    let image_config = image.stored.as_ref().map_or(&no_config, |i| &i.config);
+    let command = command_line(&cx, &cenv, &image, image_config, &mut faults);
+    lifecycle_hooks(svc, &cx);
+    let working_dir = working_dir(c, image.stored.as_deref());
+    working_dir_and_environment(svc, working_dir, &mut cenv);
+    let image_user = identity_and_sandbox(svc, &cx, image.stored.as_deref(), command, &mut faults);
+    if let Err(f) =
+        resources::apply_container(svc, c.resources.as_ref(), &concat(&[path, ".resources"]))
+    {
+        faults.push(f);
+    }
+    volume_binds(svc, &cx, &mut faults);
+    if image.stored.is_some() {
+        name_files(svc, &cx);
+    }
+    stop(svc, &cx, image_config, &mut faults);
+    pod_namespaces(svc, &cx);
+    // Part of the stop (see `stop`), written after the namespaces: line order is output too.
+    svc.trusted("SendSIGKILL", "yes");
+    journal_fields(svc, &cx);
+
+    if !faults.is_empty() {
+        return Err(faults);
+    }
+    // Check that every untrusted value encodes now, so a bad one is a located fault, not a failed write.
+    let super::Rendered { unit, text } = super::Rendered::new(u, path).map_err(|f| vec![f])?;
+    let working_dir = working_dir.map(str::to_string);
+    let root = image.stored.map(|img| root_plan(&cx, *img, working_dir));
+    Ok(Built {
+        unit,
+        text,
+        env_file: cenv.file,
+        root,
+        image_user,
+        warnings,
+    })
+}
+
+/// [Unit]: ordering and lifetime, all bound to the pod unit, and the names podunit finds the
+/// container by.
+fn unit_section(
+    un: &mut crate::translate::unit::Section,
+    cx: &ContainerCtx<'_>,
+    before: &[(String, bool)],
+) {
+    let what = match cx.role {
         Role::Init => "Init container",
         Role::Sidecar => "Sidecar container",
         Role::App => "Container",
     };
     un.add(
         "Description",
-        Value::Plain(concat(&[what, " ", &c.name, " of pod ", ns, "/", pod_name])),
+        Value::Plain(concat(&[
+            what,
+            " ",
+            &cx.c.name,
+            " of pod ",
+            cx.ns,
+            "/",
+            cx.pod_name,
+        ])),
     );
-    un.add("SourcePath", Value::Path(ctx.source.to_string()));
-    un.trusted("Requires", ctx.pod_unit.to_string());
-    un.trusted("After", ctx.pod_unit.to_string());
+    un.add("SourcePath", Value::Path(cx.pod.source.to_string()));
+    un.trusted("Requires", cx.pod.pod_unit.to_string());
+    un.trusted("After", cx.pod.pod_unit.to_string());
     // Stopping or restarting the pod stops or restarts every container; not the other way round.
-    un.trusted("PartOf", ctx.pod_unit.to_string());
+    un.trusted("PartOf", cx.pod.pod_unit.to_string());
     for (prev, sidecar) in before {
         // A failed init container blocks what follows it; a sidecar's restart does not stop it.
         un.trusted(if *sidecar { "Wants" } else { "Requires" }, prev.clone());
         un.trusted("After", prev.clone());
     }
-    let private_net = ctx.node.private_network && spec.host_network != Some(true);
     // The pod's IPC namespace (and network, /tmp): see the pod unit.
-    un.trusted("JoinsNamespaceOf", ctx.pod_unit.to_string());
+    un.trusted("JoinsNamespaceOf", cx.pod.pod_unit.to_string());
     // Never give up restarting (kubelet semantics): no start rate limit.
     un.trusted("StartLimitIntervalSec", "0");
-    un.add("X-PodunitPod", Value::Plain(concat(&[ns, "/", pod_name])));
-    un.add("X-PodunitContainer", Value::Plain(c.name.clone()));
-    un.add("X-PodunitUid", Value::Plain(uid.to_string()));
+    un.add(
+        "X-PodunitPod",
+        Value::Plain(concat(&[cx.ns, "/", cx.pod_name])),
+    );
+    un.add("X-PodunitContainer", Value::Plain(cx.c.name.clone()));
+    un.add("X-PodunitUid", Value::Plain(cx.uid.to_string()));
+}
 
-    let svc = u.section("Service");
-    let pod_policy = spec.restart_policy.as_deref().unwrap_or("Always");
-    match role {
+/// `Type=` and `Restart=` as the kubelet runs and restarts each kind of container, with its
+/// CrashLoopBackOff delays.
+fn restarts(svc: &mut crate::translate::unit::Section, cx: &ContainerCtx<'_>, later: &[String]) {
+    let pod_policy = cx.spec.restart_policy.as_deref().unwrap_or("Always");
+    match cx.role {
         Role::Init => {
             svc.trusted("Type", "oneshot");
             // Stays active once done, so an app container's restart does not run it again.
@@ -254,18 +356,23 @@ fn one(
         }
     }
     svc.trusted("RestartSec", BACKOFF_INITIAL);
-    if ctx.node.restart_steps {
+    if cx.pod.node.restart_steps {
         svc.trusted("RestartSteps", BACKOFF_STEPS);
         svc.trusted("RestartMaxDelaySec", BACKOFF_MAX);
     }
-    svc.trusted("Slice", ctx.slice.to_string());
+}
 
-    // Root filesystem.
-    let image_ref = c.image.as_deref().unwrap_or_default();
-    let mut stored: Option<Box<StoredImage>> = None;
-    // An image still to be pulled supplies what the manifest leaves out (its Entrypoint, Cmd).
+/// The root filesystem the image names: the host's, a directory or file given by path, or a
+/// pulled image (whose root [`pulled_root`] sets).
+fn root_filesystem(
+    svc: &mut crate::translate::unit::Section,
+    cx: &ContainerCtx<'_>,
+    faults: &mut Vec<Fault>,
+) -> ContainerImage {
+    let path = cx.path;
+    let mut stored = None;
     let mut absent = false;
-    match image::resolve(image_ref, ctx.images) {
+    match image::resolve(cx.c.image.as_deref().unwrap_or_default(), cx.pod.images) {
         Ok(ImageRoot::Host) => {}
         Ok(ImageRoot::Directory(d)) => {
             svc.add("RootDirectory", Value::Path(d));
@@ -280,37 +387,53 @@ fn one(
         }
         Err(u) => faults.push(Fault::new(format!("{path}.image"), u.message())),
     }
-    let no_config = Default::default();
-    let image_config = stored.as_ref().map_or(&no_config, |i| &i.config);
-    if let Some(img) = &stored {
-        // Mounted by the pod unit's pod-prepare (see crate::podstart::root).
-        svc.add("RootDirectory", Value::Path(ctx.plan.root_dir(&c.name)));
-        let (env, bad) = imagerun::image_env(&img.config);
-        for b in bad {
-            warnings.push(Fault::new(
-                format!("{path}.image"),
-                format!("ignored: the image's environment entry {b:?} is not NAME=value"),
-            ));
-        }
-        // Under the container's own: its Environment= comes later and wins.
-        let mut base = vec![(
-            "HOSTNAME".to_string(),
-            imagerun::etc_plan(&entry.pod, ctx.node).hostname,
-        )];
-        base.extend(env);
-        svc.add("Environment", Value::Env(base));
-    }
+    ContainerImage { stored, absent }
+}
 
-    // Command line: command + args (after $(VAR) expansion) with the image's Entrypoint and Cmd.
-    let command = c.command.as_deref().unwrap_or_default();
-    let args = c.args.as_deref().unwrap_or_default();
-    // The command line and where to look for its program, for ExecStart= once the sandbox is
-    // known (pid-init runs it).
-    let mut exec: Option<(Vec<Arg>, Option<String>)> = None;
+/// A pulled image's root and its environment.
+fn pulled_root(
+    svc: &mut crate::translate::unit::Section,
+    cx: &ContainerCtx<'_>,
+    img: &StoredImage,
+    warnings: &mut Vec<Fault>,
+) {
+    // Mounted by the pod unit's pod-prepare (see crate::podstart::root).
+    svc.add(
+        "RootDirectory",
+        Value::Path(cx.pod.plan.root_dir(&cx.c.name)),
+    );
+    let (env, bad) = imagerun::image_env(&img.config);
+    for b in bad {
+        warnings.push(Fault::new(
+            format!("{}.image", cx.path),
+            format!("ignored: the image's environment entry {b:?} is not NAME=value"),
+        ));
+    }
+    // Under the container's own: its Environment= comes later and wins.
+    let mut base = vec![(
+        "HOSTNAME".to_string(),
+        imagerun::etc_plan(&cx.pod.entry.pod, cx.pod.node).hostname,
+    )];
+    base.extend(env);
+    svc.add("Environment", Value::Env(base));
+}
+
+/// Command line: command + args (after $(VAR) expansion) with the image's Entrypoint and Cmd.
+fn command_line(
+    cx: &ContainerCtx<'_>,
+    cenv: &env::ContainerEnv,
+    image: &ContainerImage,
+    image_config: &crate::image::manifest::RunConfig,
+    faults: &mut Vec<Fault>,
+) -> Option<Command> {
+    let path = cx.path;
+    let command = cx.c.command.as_deref().unwrap_or_default();
+    let args = cx.c.args.as_deref().unwrap_or_default();
     match imagerun::command_line(command, args, image_config) {
         // Only a pulled image has an Entrypoint and a Cmd to run.
-        Some(_) if stored.is_none() && !absent && command.is_empty() => {
-            faults.push(no_command(path))
+        Some(_) if image.stored.is_none() && !image.absent && command.is_empty() => {
+            faults.push(no_command(path));
+            None
         }
         Some(line) => {
             let argv: Vec<Arg> = line
@@ -323,66 +446,97 @@ fn one(
             let program = match &line[0] {
                 ArgSource::Pod(s) | ArgSource::Image(s) => *s,
             };
-            let mut search = None;
-            if stored.is_some() && !program.contains('/') {
-                // Found in the image, along the PATH the process gets, as a runtime finds it.
-                let path_var = cenv
-                    .static_env
-                    .iter()
-                    .rev()
-                    .find(|(k, _)| k == "PATH")
-                    .map(|(_, v)| v.clone())
-                    .or_else(|| {
-                        imagerun::image_env(image_config)
-                            .0
-                            .into_iter()
-                            .find(|(k, _)| k == "PATH")
-                            .map(|(_, v)| v)
-                    })
-                    .unwrap_or_else(|| imagerun::DEFAULT_PATH.to_string());
-                search = imagerun::search_path(&path_var);
-            }
-            exec = Some((argv, search));
-        }
-        None if stored.is_some() => faults.push(Fault::new(
-            format!("{path}.command"),
-            format!("required: the image {image_ref:?} has neither an Entrypoint nor a Cmd"),
-        )),
-        None if absent => {}
-        None => faults.push(no_command(path)),
-    }
-    if let Some(lc) = &c.lifecycle {
-        use crate::probe::hook::{self, Hook, Stage};
-        for (stage, key, h) in [
-            (Stage::PostStart, "ExecStartPost", &lc.post_start),
-            (Stage::PreStop, "ExecStop", &lc.pre_stop),
-        ] {
-            let Some(h) = h.as_ref().and_then(|h| hook::hook(c, h)) else {
-                continue;
+            let search = if image.stored.is_some() && !program.contains('/') {
+                imagerun::search_path(&program_path_var(cenv, image_config))
+            } else {
+                None
             };
-            let record = hook::record_path(&ctx.plan.uid, &c.name, stage);
-            match (&h, hook::helper_args(&h, stage, record.as_deref())) {
-                // The kubelet runs hook commands as written: no $(VAR) expansion.
-                (Hook::Exec(cmd), None) => {
-                    svc.add(key, Value::Exec(cmd.iter().map(Arg::text).collect()));
-                }
-                // `+`: podunit is not in the container's root; the request goes out from the
-                // host's network, as the kubelet's does; an exec preStop enters the container.
-                (_, Some(args)) => {
-                    let argv = std::iter::once(ctx.node.podunit_bin.as_str())
-                        .chain(args.iter().map(String::as_str))
-                        .map(Arg::text)
-                        .collect();
-                    svc.add(key, Value::PrivilegedExec(argv));
-                }
-                (_, None) => {}
-            }
+            Some(Command { argv, search })
+        }
+        None if image.stored.is_some() => {
+            let image_ref = cx.c.image.as_deref().unwrap_or_default();
+            faults.push(Fault::new(
+                format!("{path}.command"),
+                format!("required: the image {image_ref:?} has neither an Entrypoint nor a Cmd"),
+            ));
+            None
+        }
+        None if image.absent => None,
+        None => {
+            faults.push(no_command(path));
+            None
         }
     }
-    let working_dir = c.working_dir.as_deref().filter(|w| !w.is_empty()).or(stored
-        .as_ref()
+}
+
+/// The PATH a program without a `/` is looked for along in a pulled image: the one the process
+/// gets, as a runtime finds it.
+fn program_path_var(
+    cenv: &env::ContainerEnv,
+    image_config: &crate::image::manifest::RunConfig,
+) -> String {
+    cenv.static_env
+        .iter()
+        .rev()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.clone())
+        .or_else(|| {
+            imagerun::image_env(image_config)
+                .0
+                .into_iter()
+                .find(|(k, _)| k == "PATH")
+                .map(|(_, v)| v)
+        })
+        .unwrap_or_else(|| imagerun::DEFAULT_PATH.to_string())
+}
+
+/// postStart and preStop hooks: `ExecStartPost=` and `ExecStop=`.
+fn lifecycle_hooks(svc: &mut crate::translate::unit::Section, cx: &ContainerCtx<'_>) {
+    let Some(lc) = &cx.c.lifecycle else {
+        return;
+    };
+    use crate::probe::hook::{self, Hook, Stage};
+    for (stage, key, h) in [
+        (Stage::PostStart, "ExecStartPost", &lc.post_start),
+        (Stage::PreStop, "ExecStop", &lc.pre_stop),
+    ] {
+        let Some(h) = h.as_ref().and_then(|h| hook::hook(cx.c, h)) else {
+            continue;
+        };
+        let record = hook::record_path(&cx.pod.plan.uid, &cx.c.name, stage);
+        match (&h, hook::helper_args(&h, stage, record.as_deref())) {
+            // The kubelet runs hook commands as written: no $(VAR) expansion.
+            (Hook::Exec(cmd), None) => {
+                svc.add(key, Value::Exec(cmd.iter().map(Arg::text).collect()));
+            }
+            // `+`: podunit is not in the container's root; the request goes out from the
+            // host's network, as the kubelet's does; an exec preStop enters the container.
+            (_, Some(args)) => {
+                let argv = std::iter::once(cx.pod.node.podunit_bin.as_str())
+                    .chain(args.iter().map(String::as_str))
+                    .map(Arg::text)
+                    .collect();
+                svc.add(key, Value::PrivilegedExec(argv));
+            }
+            (_, None) => {}
+        }
+    }
+}
+
+/// `workingDir`, else the image's `WorkingDir` when it is absolute.
+fn working_dir<'a>(c: &'a Container, stored: Option<&'a StoredImage>) -> Option<&'a str> {
+    c.working_dir.as_deref().filter(|w| !w.is_empty()).or(stored
         .and_then(|i| i.config.working_dir.as_deref())
-        .filter(|w| w.starts_with('/')));
+        .filter(|w| w.starts_with('/')))
+}
+
+/// `WorkingDirectory=`, then the environment known now (`Environment=`) and the file pod-prepare
+/// writes with the rest (`EnvironmentFile=`).
+fn working_dir_and_environment(
+    svc: &mut crate::translate::unit::Section,
+    working_dir: Option<&str>,
+    cenv: &mut env::ContainerEnv,
+) {
     if let Some(wd) = working_dir {
         svc.add("WorkingDirectory", Value::Path(wd.to_string()));
     }
@@ -395,59 +549,61 @@ fn one(
     if let Some(f) = &cenv.file {
         svc.add("EnvironmentFile", Value::Path(f.path.clone()));
     }
+}
 
-    // Identity and sandbox.
-    let (image_user, identity_ok) = match &stored {
-        Some(img) => match image_identity(spec.security_context.as_ref(), c, img, path) {
-            Ok(u) => (u, true),
+/// Identity and sandbox, then `ExecStart=`, which depends on what the sandbox leaves pid-init to
+/// take back. Returns the numbers the image's user resolved to.
+fn identity_and_sandbox(
+    svc: &mut crate::translate::unit::Section,
+    cx: &ContainerCtx<'_>,
+    stored: Option<&StoredImage>,
+    command: Option<Command>,
+    faults: &mut Vec<Fault>,
+) -> Option<ImageUser> {
+    let psc = cx.spec.security_context.as_ref();
+    let image_user = match stored {
+        Some(img) => match image_identity(psc, cx.c, img, cx.path) {
+            Ok(u) => u,
+            // A refused image user is reported once, not again as the host's root.
             Err(f) => {
                 faults.push(f);
-                (None, false)
+                return None;
             }
         },
-        None => (None, true),
+        None => None,
     };
-    // (A refused image user is reported once, not again as the host's root.)
-    if !identity_ok {
-    } else {
-        match security::apply(
-            svc,
-            spec.security_context.as_ref(),
-            c,
-            path,
-            image_user.as_ref(),
-            spec.host_pid == Some(true),
-        ) {
-            Ok(pid_init) => {
-                if let Some((argv, search)) = exec.take() {
-                    let own_root = svc.has("RootDirectory") || svc.has("RootImage");
-                    exec_start(svc, ctx, argv, search, pid_init.as_ref(), own_root);
-                }
+    let host_pid = cx.spec.host_pid == Some(true);
+    match security::apply(svc, psc, cx.c, cx.path, image_user.as_ref(), host_pid) {
+        Ok(pid_init) => {
+            if let Some(command) = command {
+                let own_root = svc.has("RootDirectory") || svc.has("RootImage");
+                exec_start(svc, cx.pod, command, pid_init.as_ref(), own_root);
             }
-            Err(f) => faults.push(f),
         }
+        Err(f) => faults.push(f),
     }
-    // Resources.
-    if let Err(f) =
-        resources::apply_container(svc, c.resources.as_ref(), &concat(&[path, ".resources"]))
-    {
-        faults.push(f);
-    }
+    image_user
+}
 
-    // Volumes. A subPath is checked (no symlinks) and created at every start, before systemd
-    // binds it, as the kubelet does.
-    for (volume, sub) in volumes::sub_paths(c, &ctx.plan.volumes) {
+/// Volumes. A subPath is checked (no symlinks) and created at every start, before systemd binds
+/// it, as the kubelet does.
+fn volume_binds(
+    svc: &mut crate::translate::unit::Section,
+    cx: &ContainerCtx<'_>,
+    faults: &mut Vec<Fault>,
+) {
+    for (volume, sub) in volumes::sub_paths(cx.c, &cx.pod.plan.volumes) {
         svc.add(
             "ExecStartPre",
             Value::PrivilegedExec(vec![
-                Arg::text(ctx.node.podunit_bin.as_str()),
+                Arg::text(cx.pod.node.podunit_bin.as_str()),
                 Arg::text("subpath"),
                 Arg::text(volume),
                 Arg::text(sub),
             ]),
         );
     }
-    match volumes::binds(c, &ctx.plan.volumes, path) {
+    match volumes::binds(cx.c, &cx.pod.plan.volumes, cx.path) {
         Ok(binds) => {
             for b in binds {
                 let key = if b.read_only {
@@ -470,77 +626,91 @@ fn one(
         }
         Err(f) => faults.push(f),
     }
-    if stored.is_some() {
-        // The name files the kubelet gives every container, unless a volume is mounted there.
-        let mounted = |at: &str| {
-            c.volume_mounts
-                .iter()
-                .flatten()
-                .any(|m| m.mount_path.trim_end_matches('/') == at)
-        };
-        for name in ["hosts", "hostname", "resolv.conf"] {
-            let at = format!("/etc/{name}");
-            if !mounted(&at) {
-                svc.add("BindPaths", Value::Bind(ctx.plan.etc_file(name), at));
-            }
+}
+
+/// The name files the kubelet gives every container with an image's root, unless a volume is
+/// mounted there.
+fn name_files(svc: &mut crate::translate::unit::Section, cx: &ContainerCtx<'_>) {
+    let mounted = |at: &str| {
+        cx.c.volume_mounts
+            .iter()
+            .flatten()
+            .any(|m| m.mount_path.trim_end_matches('/') == at)
+    };
+    for name in ["hosts", "hostname", "resolv.conf"] {
+        let at = format!("/etc/{name}");
+        if !mounted(&at) {
+            svc.add("BindPaths", Value::Bind(cx.pod.plan.etc_file(name), at));
         }
     }
+}
 
-    // Stopping: SIGTERM to the main process, then SIGKILL to all after the grace period.
+/// Stopping: SIGTERM to the main process, then SIGKILL to all after the grace period.
+fn stop(
+    svc: &mut crate::translate::unit::Section,
+    cx: &ContainerCtx<'_>,
+    image_config: &crate::image::manifest::RunConfig,
+    faults: &mut Vec<Fault>,
+) {
     // The kubelet never waits less than 2 s; `TimeoutStopSec=0` would mean "wait forever".
-    let grace = spec.termination_grace_period_seconds.unwrap_or(30).max(2);
+    let grace = cx
+        .spec
+        .termination_grace_period_seconds
+        .unwrap_or(30)
+        .max(2);
     svc.trusted("KillMode", "mixed");
     // The container's stopSignal, else the image's StopSignal, as the runtime stops it.
-    let signal = c
-        .lifecycle
-        .as_ref()
-        .and_then(|l| l.stop_signal.as_deref())
-        .or_else(|| image_stop_signal(image_config))
-        .unwrap_or("SIGTERM");
+    let signal =
+        cx.c.lifecycle
+            .as_ref()
+            .and_then(|l| l.stop_signal.as_deref())
+            .or_else(|| image_stop_signal(image_config))
+            .unwrap_or("SIGTERM");
     match super::security::stop_signal(signal) {
         Some(sig) => {
             svc.trusted("KillSignal", sig);
         }
         None => faults.push(Fault::new(
-            format!("{path}.lifecycle.stopSignal"),
+            format!("{}.lifecycle.stopSignal", cx.path),
             format!("{signal:?} is not a signal"),
         )),
     }
     svc.trusted("TimeoutStopSec", concat(&[&grace.to_string(), "s"]));
-    if private_net {
+}
+
+/// The pod's network (with `network: private`) and IPC namespaces, joined from the pod unit.
+fn pod_namespaces(svc: &mut crate::translate::unit::Section, cx: &ContainerCtx<'_>) {
+    if cx.pod.node.private_network && cx.spec.host_network != Some(true) {
         svc.trusted("PrivateNetwork", "yes");
     }
     // Privileged containers too: the IPC namespace is the pod's, not a sandbox.
-    if spec.host_ipc != Some(true) {
+    if cx.spec.host_ipc != Some(true) {
         svc.trusted("PrivateIPC", "yes");
     }
-    svc.trusted("SendSIGKILL", "yes");
+}
+
+/// What the journal files the container's output under.
+fn journal_fields(svc: &mut crate::translate::unit::Section, cx: &ContainerCtx<'_>) {
     svc.add(
         "SyslogIdentifier",
-        Value::Plain(concat(&[pod_name, "/", &c.name])),
+        Value::Plain(concat(&[cx.pod_name, "/", &cx.c.name])),
     );
     svc.add(
         "LogExtraFields",
-        Value::LogFields(log_fields(ns, pod_name, uid, Some(&c.name))),
+        Value::LogFields(log_fields(cx.ns, cx.pod_name, cx.uid, Some(&cx.c.name))),
     );
+}
 
-    if !faults.is_empty() {
-        return Err(faults);
-    }
-    // Check that every untrusted value encodes now, so a bad one is a located fault, not a failed write.
-    let text = u.render().map_err(|e| {
-        vec![Fault::new(
-            path.to_string(),
-            format!("{}= cannot be written safely: {}", e.key, e.error),
-        )]
-    })?;
-    let working_dir = working_dir.map(str::to_string);
+/// The plan's entry for a pulled image's root, which pod-prepare mounts.
+fn root_plan(cx: &ContainerCtx<'_>, img: StoredImage, working_dir: Option<String>) -> RootPlan {
+    let c = cx.c;
+    let image_ref = c.image.as_deref().unwrap_or_default();
     let csc = c.security_context.as_ref();
     let privileged = csc.and_then(|s| s.privileged) == Some(true);
-    let root = stored.map(|img| RootPlan {
+    RootPlan {
         container: c.name.clone(),
-        image: img.image_id.clone(),
-        layers: img.layers.clone(),
+        image: img.image_id,
+        layers: img.layers,
         working_dir,
         reference: image_ref.to_string(),
         pull_policy: crate::image::policy::pull_policy(image_ref, c.image_pull_policy.as_deref()),
@@ -549,15 +719,7 @@ fn one(
         // Kubernetes default, unless allowPrivilegeEscalation: false).
         devices: privileged,
         setuid: privileged || csc.and_then(|s| s.allow_privilege_escalation) != Some(false),
-    });
-    Ok(Built {
-        unit: u,
-        text,
-        env_file: cenv.file,
-        root,
-        image_user,
-        warnings,
-    })
+    }
 }
 
 /// The host's dynamic loader (the path every glibc binary of this architecture names) and the
@@ -579,11 +741,11 @@ const HOST_LOADER: (&str, &[&str]) = (
 fn exec_start(
     svc: &mut crate::translate::unit::Section,
     ctx: &PodContext<'_>,
-    argv: Vec<Arg>,
-    search: Option<String>,
+    command: Command,
     pid_init: Option<&security::PidInit>,
     own_root: bool,
 ) {
+    let Command { argv, search } = command;
     let Some(p) = pid_init else {
         svc.add("ExecStart", Value::Exec(argv));
         if let Some(s) = search {
@@ -591,50 +753,11 @@ fn exec_start(
         }
         return;
     };
-    let bin = ctx.node.podunit_bin.as_str();
     let mut line = Vec::new();
     if own_root {
-        // podunit, the host's dynamic loader and the host's C library are not in an image's root:
-        // bound there at their own paths (library directories only where the host has them), and
-        // podunit started through the loader, which finds the libraries there and not by the
-        // image's /etc/ld.so.cache. pid-init unmounts them all before the command runs; an image
-        // without such a path keeps an empty one.
-        let (loader, libs) = HOST_LOADER;
-        let lib_path = libs.join(":");
-        line.extend(
-            [loader, "--inhibit-cache", "--library-path", &lib_path, bin]
-                .into_iter()
-                .map(Arg::text),
-        );
-        line.push(Arg::text("pid-init"));
-        for l in ["--loader", loader, "--library-path", &lib_path] {
-            line.push(Arg::text(l));
-        }
-        svc.add("BindReadOnlyPaths", Value::Bind(bin.into(), bin.into()));
-        svc.add(
-            "BindReadOnlyPaths",
-            Value::Bind(loader.into(), loader.into()),
-        );
-        for d in libs {
-            svc.add(
-                "BindReadOnlyPaths",
-                Value::OptionalBind(d.to_string(), d.to_string()),
-            );
-        }
-        let mut host: Vec<String> = libs.iter().map(|d| d.to_string()).collect();
-        host.extend([loader.to_string(), bin.to_string()]);
-        if ctx.plan.share_process_namespace {
-            // And the pod's PID namespace.
-            let ns = ctx.plan.pid_namespace();
-            svc.add("BindReadOnlyPaths", Value::Bind(ns.clone(), ns.clone()));
-            host.push(ns);
-        }
-        for p in host {
-            line.push(Arg::text("--hide"));
-            line.push(Arg::text(p));
-        }
+        pid_init_from_host(svc, ctx, &mut line);
     } else {
-        line.push(Arg::text(bin));
+        line.push(Arg::text(ctx.node.podunit_bin.as_str()));
         line.push(Arg::text("pid-init"));
     }
     if ctx.plan.share_process_namespace {
@@ -662,6 +785,54 @@ fn exec_start(
     line.push(Arg::text("--"));
     line.extend(argv);
     svc.add("ExecStart", Value::Exec(line));
+}
+
+/// The start of `line` for a container with a root of its own: podunit, the host's dynamic loader
+/// and the host's C library are not in an image's root, so they are bound there at their own
+/// paths (library directories only where the host has them), and podunit is started through the
+/// loader, which finds the libraries there and not by the image's /etc/ld.so.cache. pid-init
+/// unmounts them all (`--hide`) before the command runs; an image without such a path keeps an
+/// empty one.
+fn pid_init_from_host(
+    svc: &mut crate::translate::unit::Section,
+    ctx: &PodContext<'_>,
+    line: &mut Vec<Arg>,
+) {
+    let bin = ctx.node.podunit_bin.as_str();
+    let (loader, libs) = HOST_LOADER;
+    let lib_path = libs.join(":");
+    line.extend(
+        [loader, "--inhibit-cache", "--library-path", &lib_path, bin]
+            .into_iter()
+            .map(Arg::text),
+    );
+    line.push(Arg::text("pid-init"));
+    for l in ["--loader", loader, "--library-path", &lib_path] {
+        line.push(Arg::text(l));
+    }
+    svc.add("BindReadOnlyPaths", Value::Bind(bin.into(), bin.into()));
+    svc.add(
+        "BindReadOnlyPaths",
+        Value::Bind(loader.into(), loader.into()),
+    );
+    for d in libs {
+        svc.add(
+            "BindReadOnlyPaths",
+            Value::OptionalBind(d.to_string(), d.to_string()),
+        );
+    }
+    let mut host: Vec<String> = libs.iter().map(|d| d.to_string()).collect();
+    host.extend([loader.to_string(), bin.to_string()]);
+    if ctx.plan.share_process_namespace {
+        // And the pod's PID namespace.
+        let ns = ctx.plan.pid_namespace();
+        svc.add("BindReadOnlyPaths", Value::Bind(ns.clone(), ns.clone()));
+        host.push(ns);
+    }
+    for p in host {
+        line.push(Arg::text("--hide"));
+        line.push(Arg::text(p));
+    }
 }
 
 /// The image's `StopSignal` (`SIGQUIT`, `QUIT`) when systemd knows it; anything else (numbers

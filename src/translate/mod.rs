@@ -133,50 +133,120 @@ pub struct PodUnits {
     pub warnings: Vec<Problem>,
 }
 
+/// One pod as the builders of its units read it.
+struct PodInput<'a> {
+    entry: &'a PodEntry,
+    spec: &'a k8s_openapi::api::core::v1::PodSpec,
+    node: &'a NodeFacts,
+    pod_unit: String,
+    slice: String,
+    /// The manifest's path as units name it (`SourcePath=`, the header).
+    source: String,
+    /// The plan's file name in [`PLAN_DIR`].
+    plan_name: String,
+}
+
 /// Translates one validated pod. Errors name the field that cannot be honoured.
 pub fn translate(
     entry: &PodEntry,
     node: &NodeFacts,
     images: &dyn ImageResolver,
 ) -> Result<PodUnits, Vec<Problem>> {
-    let fault = |f: Fault| {
-        if f.pending {
-            return Problem::note(&entry.file, f.message)
-                .pod(entry.key())
-                .at(f.path)
-                .reason(image::IMAGE_PENDING);
-        }
-        Problem::error(&entry.file, f.message)
-            .pod(entry.key())
-            .at(f.path)
-    };
-    let ns = entry.namespace();
-    let name = entry.name();
-    let uid = entry.uid();
-    let pod = &entry.pod;
-    let spec = pod.spec.as_ref().ok_or_else(|| {
+    let spec = entry.pod.spec.as_ref().ok_or_else(|| {
         vec![
             Problem::error(&entry.file, "required")
                 .pod(entry.key())
                 .at("spec"),
         ]
     })?;
+    let (ns, name) = (entry.namespace(), entry.name());
     let pod_unit = naming::pod_service(ns, name);
-    let slice = naming::pod_slice(ns, name);
-    let source = entry.file.display().to_string();
-    let plan_name = PodPlan::file_name(&pod_unit);
-    let plan_file = concat(&[
-        crate::translate::plan::GENERATOR_DIR,
-        "/",
-        PLAN_DIR,
-        "/",
-        &plan_name,
-    ]);
+    let p = PodInput {
+        entry,
+        spec,
+        node,
+        slice: naming::pod_slice(ns, name),
+        source: entry.file.display().to_string(),
+        plan_name: PodPlan::file_name(&pod_unit),
+        pod_unit,
+    };
+    let fault = |f: Fault| problem(entry, f);
 
     let mut errors = Vec::new();
     // Volumes first: containers bind them.
+    let vol_plans = volume_plans(&p, &mut errors);
+    let mut plan = pod_plan(&p, vol_plans);
+    let ctx = container::PodContext {
+        entry,
+        node,
+        images,
+        pod_unit: &p.pod_unit,
+        slice: &p.slice,
+        plan: &plan,
+        source: &p.source,
+    };
+    let mut containers = Vec::new();
+    match container::all(&ctx) {
+        Ok(cs) => containers = cs,
+        Err(fs) => errors.extend(fs.into_iter().map(fault)),
+    }
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    add_containers_to_plan(&mut plan, &containers, &p);
+
+    let mut outputs = Vec::new();
+    outputs.push(Output::Unit(slice_unit(&p).map_err(|f| vec![fault(f)])?));
+    outputs.push(Output::Unit(
+        pod_unit_file(&p, &containers).map_err(|f| vec![fault(f)])?,
+    ));
+    outputs.push(Output::Symlink {
+        link: concat(&[naming::TARGET, ".wants/", &p.pod_unit]),
+        target: concat(&["../", &p.pod_unit]),
+    });
+    let mut warnings = Vec::new();
+    for c in containers {
+        outputs.push(Output::Unit(Rendered {
+            unit: c.unit,
+            text: c.text,
+        }));
+        warnings.extend(c.warnings.into_iter().map(|f: Fault| {
+            Problem::warning(&entry.file, f.message)
+                .pod(entry.key())
+                .at(f.path)
+        }));
+    }
+    outputs.push(Output::File {
+        path: concat(&[PLAN_DIR, "/", &p.plan_name]),
+        content: plan_json(&plan),
+    });
+    Ok(PodUnits {
+        pod_unit: p.pod_unit,
+        outputs,
+        plan,
+        warnings,
+    })
+}
+
+/// A fault as the pod's problem: an error, or a note while the pod waits for an image.
+fn problem(entry: &PodEntry, f: Fault) -> Problem {
+    if f.pending {
+        return Problem::note(&entry.file, f.message)
+            .pod(entry.key())
+            .at(f.path)
+            .reason(image::IMAGE_PENDING);
+    }
+    Problem::error(&entry.file, f.message)
+        .pod(entry.key())
+        .at(f.path)
+}
+
+/// The plans of the pod's volumes; each one that cannot be planned is an error.
+fn volume_plans(p: &PodInput<'_>, errors: &mut Vec<Problem>) -> Vec<plan::VolumePlan> {
+    let pod = &p.entry.pod;
     let mut vol_plans = Vec::new();
-    for (i, v) in spec
+    for (i, v) in p
+        .spec
         .volumes
         .as_deref()
         .unwrap_or_default()
@@ -186,27 +256,34 @@ pub fn translate(
         let owner = container::volume_owner(pod, &v.name);
         match volumes::plan(
             pod,
-            node,
+            p.node,
             v,
             &owner,
             &crate::common::text::item(&["spec.volumes"], i),
         ) {
-            Ok(p) => vol_plans.push(p),
-            Err(f) => errors.push(fault(f)),
+            Ok(vp) => vol_plans.push(vp),
+            Err(f) => errors.push(problem(p.entry, f)),
         }
     }
+    vol_plans
+}
+
+/// The start-time plan as the pod alone decides it; the containers add theirs afterwards
+/// ([`add_containers_to_plan`]).
+fn pod_plan(p: &PodInput<'_>, vol_plans: Vec<plan::VolumePlan>) -> PodPlan {
+    let (spec, uid) = (p.spec, p.entry.uid());
     let mut plan = PodPlan {
-        namespace: ns.to_string(),
-        name: name.to_string(),
+        namespace: p.entry.namespace().to_string(),
+        name: p.entry.name().to_string(),
         uid: uid.to_string(),
-        source: source.clone(),
+        source: p.source.clone(),
         state_dir: concat(&[Paths::STATE, "/", uid]),
         runtime_dir: concat(&[Paths::RUNTIME, "/", uid]),
         volumes: vol_plans,
         fs_group: spec
             .security_context
             .as_ref()
-            .and_then(|p| p.fs_group)
+            .and_then(|sc| sc.fs_group)
             .and_then(|g| u32::try_from(g).ok()),
         share_process_namespace: spec.share_process_namespace == Some(true)
             && spec.host_pid != Some(true),
@@ -218,30 +295,15 @@ pub fn translate(
         etc: None,
         pull_secrets: Vec::new(),
     };
-    (plan.users, plan.groups) = ids(pod);
-    if let Some(spec) = &pod.spec {
-        plan.probes = crate::probe::spec::pod_probes(spec);
-    }
+    (plan.users, plan.groups) = ids(&p.entry.pod);
+    plan.probes = crate::probe::spec::pod_probes(spec);
+    plan
+}
 
-    let mut outputs = Vec::new();
-    let ctx = container::PodContext {
-        entry,
-        node,
-        images,
-        pod_unit: &pod_unit,
-        slice: &slice,
-        plan: &plan,
-        source: &source,
-    };
-    let mut containers = Vec::new();
-    match container::all(&ctx) {
-        Ok(cs) => containers = cs,
-        Err(fs) => errors.extend(fs.into_iter().map(fault)),
-    }
-    if !errors.is_empty() {
-        return Err(errors);
-    }
-    for c in &containers {
+/// The containers' part of the plan: environment files, pulled roots (with the /etc files and
+/// pull secrets they need) and the users their images named.
+fn add_containers_to_plan(plan: &mut PodPlan, containers: &[container::Built], p: &PodInput<'_>) {
+    for c in containers {
         if let Some(f) = &c.env_file {
             plan.env_files.push(f.clone());
         }
@@ -249,23 +311,26 @@ pub fn translate(
             plan.roots.push(r.clone());
         }
         if let Some(u) = &c.image_user {
-            add_ids(&mut plan, u);
+            add_ids(plan, u);
         }
     }
     if !plan.roots.is_empty() {
-        plan.etc = Some(imagerun::etc_plan(pod, node));
-        plan.pull_secrets = image::pull_secret_names(pod.spec.as_ref());
+        plan.etc = Some(imagerun::etc_plan(&p.entry.pod, p.node));
+        plan.pull_secrets = image::pull_secret_names(Some(p.spec));
     }
+}
 
-    // The slice: the pod's cgroup, with pod-level resources.
-    let mut s = UnitFile::new(slice.clone());
-    s.header = header(&source);
+/// The slice: the pod's cgroup, with pod-level resources.
+fn slice_unit(p: &PodInput<'_>) -> Result<Rendered, Fault> {
+    let spec = p.spec;
+    let mut s = UnitFile::new(p.slice.clone());
+    s.header = header(&p.source);
     let u = s.section("Unit");
     u.add(
         "Description",
-        Value::Plain(concat(&["Pod ", ns, "/", name])),
+        Value::Plain(concat(&["Pod ", p.entry.namespace(), "/", p.entry.name()])),
     );
-    u.add("SourcePath", Value::Path(source.clone()));
+    u.add("SourcePath", Value::Path(p.source.clone()));
     let sl = s.section("Slice");
     if spec
         .resources
@@ -275,37 +340,52 @@ pub fn translate(
     {
         sl.trusted("CPUWeight", resources::pod_cpu_weight(spec).to_string());
     }
-    if let Err(f) = resources::apply(sl, spec.resources.as_ref(), "spec.resources") {
-        return Err(vec![fault(f)]);
-    }
-    outputs.push(Output::Unit(
-        Rendered::new(s, "spec.resources").map_err(|f| vec![fault(f)])?,
-    ));
+    resources::apply(sl, spec.resources.as_ref(), "spec.resources")?;
+    Rendered::new(s, "spec.resources")
+}
 
-    // The pod unit: prepares the pod's files when it starts, removes runtime files when it stops.
-    let mut p = UnitFile::new(pod_unit.clone());
-    p.header = header(&source);
-    let u = p.section("Unit");
+/// The pod unit: prepares the pod's files when it starts, removes runtime files when it stops.
+fn pod_unit_file(p: &PodInput<'_>, containers: &[container::Built]) -> Result<Rendered, Fault> {
+    let mut u = UnitFile::new(p.pod_unit.clone());
+    u.header = header(&p.source);
+    pod_unit_section(u.section("Unit"), p, containers);
+    pod_service_section(u.section("Service"), p);
+    Rendered::new(u, "metadata")
+}
+
+/// The pod unit's [Unit]: what it is, and the containers it starts.
+fn pod_unit_section(u: &mut unit::Section, p: &PodInput<'_>, containers: &[container::Built]) {
+    let (ns, name) = (p.entry.namespace(), p.entry.name());
     u.add(
         "Description",
         Value::Plain(concat(&["Pod ", ns, "/", name])),
     );
     u.add("Documentation", Value::Trusted("man:podunit(1)".into()));
-    u.add("SourcePath", Value::Path(source.clone()));
+    u.add("SourcePath", Value::Path(p.source.clone()));
     u.trusted("After", "network.target");
     u.trusted("PartOf", naming::TARGET);
     // Starting the pod starts its containers. A `Wants=` line does what a `.wants/` link does,
     // without a directory and a symlink per container in a tree systemd reads at every reload.
-    for c in &containers {
+    for c in containers {
         u.trusted("Wants", c.unit.name.clone());
     }
     u.add("X-PodunitPod", Value::Plain(concat(&[ns, "/", name])));
-    u.add("X-PodunitUid", Value::Plain(uid.to_string()));
-    let svc = p.section("Service");
+    u.add("X-PodunitUid", Value::Plain(p.entry.uid().to_string()));
+}
+
+/// The pod unit's [Service]: pod-prepare and pod-cleanup, and the namespaces its containers join.
+fn pod_service_section(svc: &mut unit::Section, p: &PodInput<'_>) {
+    let plan_file = concat(&[
+        crate::translate::plan::GENERATOR_DIR,
+        "/",
+        PLAN_DIR,
+        "/",
+        &p.plan_name,
+    ]);
     svc.trusted("Type", "oneshot");
     svc.trusted("RemainAfterExit", "yes");
-    svc.trusted("Slice", slice.clone());
-    let bin = escape_arg(&node.podunit_bin);
+    svc.trusted("Slice", p.slice.clone());
+    let bin = escape_arg(&p.node.podunit_bin);
     svc.add(
         "ExecStart",
         Value::Exec(vec![
@@ -322,47 +402,18 @@ pub fn translate(
     // pod, as in Kubernetes (the host's with hostIPC: true), and with `network: private` one
     // loopback-only network. A joining unit takes the joined unit's /tmp too (systemd 252): the
     // pod unit has a private one, or the containers' PrivateTmp= would silently be the host's.
-    if spec.host_ipc != Some(true) {
+    if p.spec.host_ipc != Some(true) {
         svc.trusted("PrivateIPC", "yes");
     }
-    if node.private_network && spec.host_network != Some(true) {
+    if p.node.private_network && p.spec.host_network != Some(true) {
         svc.trusted("PrivateNetwork", "yes");
     }
     svc.trusted("PrivateTmp", "yes");
+    let (ns, name, uid) = (p.entry.namespace(), p.entry.name(), p.entry.uid());
     svc.add(
         "LogExtraFields",
         Value::LogFields(container::log_fields(ns, name, uid, None)),
     );
-    outputs.push(Output::Unit(
-        Rendered::new(p, "metadata").map_err(|f| vec![fault(f)])?,
-    ));
-    outputs.push(Output::Symlink {
-        link: concat(&[naming::TARGET, ".wants/", &pod_unit]),
-        target: concat(&["../", &pod_unit]),
-    });
-
-    let mut warnings = Vec::new();
-    for c in containers {
-        outputs.push(Output::Unit(Rendered {
-            unit: c.unit,
-            text: c.text,
-        }));
-        warnings.extend(c.warnings.into_iter().map(|f: Fault| {
-            Problem::warning(&entry.file, f.message)
-                .pod(entry.key())
-                .at(f.path)
-        }));
-    }
-    outputs.push(Output::File {
-        path: concat(&[PLAN_DIR, "/", &plan_name]),
-        content: plan_json(&plan),
-    });
-    Ok(PodUnits {
-        pod_unit,
-        outputs,
-        plan,
-        warnings,
-    })
 }
 
 /// The plan as its file holds it: pretty JSON and a newline. Written into one buffer of a typical

@@ -145,6 +145,13 @@ fn cap_name(raw: &str, path: &str) -> Result<String, Fault> {
     }
 }
 
+/// The security contexts a container's settings come from, and where its faults point.
+struct Contexts<'a> {
+    pod: Option<&'a PodSecurityContext>,
+    ctr: Option<&'a SecurityContext>,
+    path: &'a str,
+}
+
 /// Writes identity and sandboxing for `ctr` into its `[Service]` section.
 pub fn apply(
     svc: &mut Section,
@@ -156,9 +163,51 @@ pub fn apply(
 ) -> Result<Option<PidInit>, Fault> {
     let mut pid_init = (!host_pid).then(PidInit::default);
     let sc = ctr.security_context.as_ref();
+    let ctx = Contexts {
+        pod: pod_sc,
+        ctr: sc,
+        path,
+    };
+    let id = checked_identity(&ctx, image_user)?;
+    user_and_groups(svc, &ctx, id, image_user)?;
+    let privileged = sc.and_then(|c| c.privileged) == Some(true);
+    let root = id.uid.unwrap_or(0) == 0;
+    if privileged {
+        // A privileged container gets the host as root would have it: no sandboxing at all. A
+        // non-root one has no capabilities: pid-init's, ambient, are taken back.
+        if let Some(p) = &mut pid_init
+            && !root
+        {
+            p.drop_ambient = setup_caps();
+            svc.trusted("AmbientCapabilities", p.drop_ambient.join(" "));
+        }
+        return Ok(pid_init);
+    }
+    if let Some(p) = &mut pid_init {
+        p.mask = true;
+    }
+    if sc.and_then(|c| c.allow_privilege_escalation) == Some(false) {
+        svc.trusted("NoNewPrivileges", "yes");
+    }
+    let caps = capabilities(&ctx)?;
+    capability_sets(svc, sc, &caps, root, pid_init.as_mut());
+    if sc.and_then(|c| c.read_only_root_filesystem) == Some(true) {
+        svc.trusted("ProtectSystem", "strict");
+        svc.trusted("ReadOnlyPaths", "/");
+    }
+    seccomp(svc, &ctx, &caps, pid_init.as_mut())?;
+    runtime_sandbox(svc, sc, &caps, id);
+    Ok(pid_init)
+}
+
+/// The container's user and group: runAsUser/runAsGroup, else the image's user (its numbers,
+/// with runAsGroup still winning over the image's group), checked as the kubelet checks them.
+fn checked_identity(
+    ctx: &Contexts<'_>,
+    image_user: Option<&super::imagerun::ImageUser>,
+) -> Result<Identity, Fault> {
+    let (pod_sc, sc, path) = (ctx.pod, ctx.ctr, ctx.path);
     let mut id = identity(pod_sc, sc);
-    // A user the image names (or runAsUser looked up in the image): its numbers, with
-    // runAsGroup still winning over the image's group.
     if let Some(u) = image_user {
         id.uid = Some(i64::from(u.uid));
         id.gid = id.gid.or(Some(i64::from(u.gid)));
@@ -183,6 +232,17 @@ pub fn apply(
             ));
         }
     }
+    Ok(id)
+}
+
+/// `User=`, `Group=` and `SupplementaryGroups=` (the pod's, its fsGroup, the image user's).
+fn user_and_groups(
+    svc: &mut Section,
+    ctx: &Contexts<'_>,
+    id: Identity,
+    image_user: Option<&super::imagerun::ImageUser>,
+) -> Result<(), Fault> {
+    let (pod_sc, path) = (ctx.pod, ctx.path);
     if let Some(uid) = id.uid {
         svc.trusted("User", uid.to_string());
         // Without runAsGroup a container runtime uses group 0, not the user's passwd group.
@@ -222,26 +282,13 @@ pub fn apply(
                 .join(" "),
         );
     }
+    Ok(())
+}
 
-    let privileged = sc.and_then(|c| c.privileged) == Some(true);
-    let root = id.uid.unwrap_or(0) == 0;
-    if privileged {
-        // A privileged container gets the host as root would have it: no sandboxing at all. A
-        // non-root one has no capabilities: pid-init's, ambient, are taken back.
-        if let Some(p) = &mut pid_init
-            && !root
-        {
-            p.drop_ambient = setup_caps();
-            svc.trusted("AmbientCapabilities", p.drop_ambient.join(" "));
-        }
-        return Ok(pid_init);
-    }
-    if let Some(p) = &mut pid_init {
-        p.mask = true;
-    }
-    if sc.and_then(|c| c.allow_privilege_escalation) == Some(false) {
-        svc.trusted("NoNewPrivileges", "yes");
-    }
+/// The container's capabilities, sorted: the runtime's default set with `capabilities.drop`
+/// taken out and then `capabilities.add` put in.
+fn capabilities(ctx: &Contexts<'_>) -> Result<Vec<String>, Fault> {
+    let (sc, path) = (ctx.ctr, ctx.path);
     let mut caps: Vec<String> = DEFAULT_CAPS.iter().map(|c| c.to_string()).collect();
     if let Some(c) = sc.and_then(|c| c.capabilities.as_ref()) {
         for (i, d) in c.drop.as_deref().unwrap_or_default().iter().enumerate() {
@@ -262,6 +309,18 @@ pub fn apply(
         }
     }
     caps.sort();
+    Ok(caps)
+}
+
+/// `CapabilityBoundingSet=` and `AmbientCapabilities=`: the container's capabilities, plus what
+/// pid-init needs for its setup and takes back before the command runs.
+fn capability_sets(
+    svc: &mut Section,
+    sc: Option<&SecurityContext>,
+    caps: &[String],
+    root: bool,
+    pid_init: Option<&mut PidInit>,
+) {
     // A non-root process keeps added capabilities only as ambient ones.
     let mut ambient: Vec<String> = if root {
         Vec::new()
@@ -278,9 +337,8 @@ pub fn apply(
             .cloned()
             .collect()
     };
-    // What pid-init needs for its setup and takes back before the command runs.
-    let mut bounding = caps.clone();
-    if let Some(p) = &mut pid_init {
+    let mut bounding = caps.to_vec();
+    if let Some(p) = pid_init {
         for need in setup_caps() {
             if !caps.contains(&need) {
                 p.drop.push(need.clone());
@@ -301,25 +359,33 @@ pub fn apply(
     if !ambient.is_empty() {
         svc.trusted("AmbientCapabilities", ambient.join(" "));
     }
-    if sc.and_then(|c| c.read_only_root_filesystem) == Some(true) {
-        svc.trusted("ProtectSystem", "strict");
-        svc.trusted("ReadOnlyPaths", "/");
-    }
-    let seccomp = sc
+}
+
+/// `seccompProfile` (the container's, else the pod's): RuntimeDefault as system call filters.
+fn seccomp(
+    svc: &mut Section,
+    ctx: &Contexts<'_>,
+    caps: &[String],
+    pid_init: Option<&mut PidInit>,
+) -> Result<(), Fault> {
+    let path = ctx.path;
+    let seccomp = ctx
+        .ctr
         .and_then(|c| c.seccomp_profile.as_ref())
-        .or(pod_sc.and_then(|p| p.seccomp_profile.as_ref()));
+        .or(ctx.pod.and_then(|p| p.seccomp_profile.as_ref()));
     match seccomp.map(|s| s.type_.as_str()) {
         Some("RuntimeDefault") => {
             // pid-init mounts /proc and makes the namespaces before the command runs, and then
             // refuses those calls itself.
             let restrict = !caps.iter().any(|c| c == "CAP_SYS_ADMIN");
-            if let Some(p) = &mut pid_init {
+            let in_pid_init = pid_init.is_some();
+            if let Some(p) = pid_init {
                 p.deny_mount = true;
                 p.deny_namespaces = restrict;
             }
             svc.trusted(
                 "SystemCallFilter",
-                if pid_init.is_some() {
+                if in_pid_init {
                     RUNTIME_DEFAULT_DENY_BUT_MOUNT
                 } else {
                     RUNTIME_DEFAULT_DENY
@@ -332,22 +398,24 @@ pub fn apply(
             if restrict {
                 svc.trusted(
                     "RestrictNamespaces",
-                    if pid_init.is_some() { "mnt pid" } else { "yes" },
+                    if in_pid_init { "mnt pid" } else { "yes" },
                 );
             }
             svc.trusted("LockPersonality", "yes");
+            Ok(())
         }
-        None | Some("Unconfined") => {}
-        Some(other) => {
-            return Err(Fault::new(
-                format!("{path}.securityContext.seccompProfile.type"),
-                format!("{other:?} profiles are not supported (RuntimeDefault and Unconfined are)"),
-            ));
-        }
+        None | Some("Unconfined") => Ok(()),
+        Some(other) => Err(Fault::new(
+            format!("{path}.securityContext.seccompProfile.type"),
+            format!("{other:?} profiles are not supported (RuntimeDefault and Unconfined are)"),
+        )),
     }
-    // What every unprivileged container gets, as a container runtime would give it: its own /tmp,
-    // a read-only cgroup tree, a hostname it cannot change. (Its own processes only in sight:
-    // pid-init's PID namespace and /proc, unless hostPID: true.)
+}
+
+/// What every unprivileged container gets, as a container runtime would give it: its own /tmp,
+/// a read-only cgroup tree, a hostname it cannot change. (Its own processes only in sight:
+/// pid-init's PID namespace and /proc, unless hostPID: true.)
+fn runtime_sandbox(svc: &mut Section, sc: Option<&SecurityContext>, caps: &[String], id: Identity) {
     svc.add("PrivateTmp", Value::Trusted("yes".into()));
     svc.add("ProtectControlGroups", Value::Trusted("yes".into()));
     svc.add("ProtectHostname", Value::Trusted("yes".into()));
@@ -382,7 +450,6 @@ pub fn apply(
             svc.add(key, Value::Trusted("yes".into()));
         }
     }
-    Ok(pid_init)
 }
 
 /// `lifecycle.stopSignal` (`SIGTERM`, `SIGUSR1`, ...) as systemd's `KillSignal=` accepts it.

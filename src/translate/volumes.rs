@@ -197,36 +197,7 @@ pub fn plan(
         }
         (runtime, files(sources, mode(d.default_mode, DEFAULT_MODE)))
     } else if let Some(p) = &v.projected {
-        let mut sources = Vec::new();
-        for (i, s) in p.sources.as_deref().unwrap_or_default().iter().enumerate() {
-            let sp = format!("{path}.projected.sources[{i}]");
-            if let Some(c) = &s.config_map {
-                sources.push(object(false, &c.name, &c.items, c.optional));
-            } else if let Some(sec) = &s.secret {
-                sources.push(object(true, &sec.name, &sec.items, sec.optional));
-            } else if let Some(d) = &s.downward_api {
-                for (j, item) in d.items.as_deref().unwrap_or_default().iter().enumerate() {
-                    sources.push(downward_item(
-                        pod,
-                        node,
-                        item,
-                        &format!("{sp}.downwardAPI.items[{j}]"),
-                    )?);
-                }
-            } else if let Some(t) = &s.service_account_token {
-                sources.push(FileSource::ServiceAccountToken {
-                    path: t.path.clone(),
-                    audience: t.audience.clone().filter(|a| !a.is_empty()),
-                    expiration_seconds: t.expiration_seconds.unwrap_or(3600),
-                    mode: None,
-                });
-            } else {
-                return Err(Fault::new(
-                    sp,
-                    "projected source not supported (configMap, secret, downwardAPI, serviceAccountToken are)",
-                ));
-            }
-        }
+        let sources = projected_sources(pod, node, p, path)?;
         (runtime, files(sources, mode(p.default_mode, DEFAULT_MODE)))
     } else {
         return Err(Fault::new(path.to_string(), "volume source not supported"));
@@ -236,6 +207,46 @@ pub fn plan(
         path: host,
         kind,
     })
+}
+
+/// The files of a projected volume, source by source.
+fn projected_sources(
+    pod: &Pod,
+    node: &NodeFacts,
+    p: &k8s_openapi::api::core::v1::ProjectedVolumeSource,
+    path: &str,
+) -> Result<Vec<FileSource>, Fault> {
+    let mut sources = Vec::new();
+    for (i, s) in p.sources.as_deref().unwrap_or_default().iter().enumerate() {
+        let sp = format!("{path}.projected.sources[{i}]");
+        if let Some(c) = &s.config_map {
+            sources.push(object(false, &c.name, &c.items, c.optional));
+        } else if let Some(sec) = &s.secret {
+            sources.push(object(true, &sec.name, &sec.items, sec.optional));
+        } else if let Some(d) = &s.downward_api {
+            for (j, item) in d.items.as_deref().unwrap_or_default().iter().enumerate() {
+                sources.push(downward_item(
+                    pod,
+                    node,
+                    item,
+                    &format!("{sp}.downwardAPI.items[{j}]"),
+                )?);
+            }
+        } else if let Some(t) = &s.service_account_token {
+            sources.push(FileSource::ServiceAccountToken {
+                path: t.path.clone(),
+                audience: t.audience.clone().filter(|a| !a.is_empty()),
+                expiration_seconds: t.expiration_seconds.unwrap_or(3600),
+                mode: None,
+            });
+        } else {
+            return Err(Fault::new(
+                sp,
+                "projected source not supported (configMap, secret, downwardAPI, serviceAccountToken are)",
+            ));
+        }
+    }
+    Ok(sources)
 }
 
 fn mode(m: Option<i32>, default: u32) -> u32 {
