@@ -345,7 +345,7 @@ impl Runner {
                 }
             }
             if let Err(e) = res.save(&self.results_path) {
-                log(&format!("probes: {}: {e}", self.results_path.display()));
+                log(&format!("probes: {e}"));
             }
         }
         changed_pods.dedup();
