@@ -314,10 +314,7 @@ fn no_folder_imports_one_above_or_beside_it() {
         let Some(&mine) = rank.get(s.folder.as_str()) else {
             continue;
         };
-        let targets: BTreeSet<String> = paths_after(&s.code, "crate")
-            .into_iter()
-            .filter_map(|p| p.into_iter().next())
-            .collect();
+        let targets: BTreeSet<String> = imported_folders(&s.code).into_iter().collect();
         for t in targets {
             if t == s.folder {
                 continue;
@@ -415,16 +412,20 @@ fn no_cycle_between_the_files_of_a_folder() {
     );
 }
 
+/// The first segment of every `crate::` path of `code`.
+fn imported_folders(code: &str) -> Vec<String> {
+    paths_after(code, "crate")
+        .into_iter()
+        .map(|p| p[0].clone())
+        .collect()
+}
+
 #[test]
 fn the_reader_sees_through_comments_strings_and_groups() {
     let c = code(
         "use crate::{a::x, b};\n// crate::c\nlet s = \"crate::d\"; /* crate::e */ crate::f::g();\nlet r = r#\"crate::h \" crate::i\"#; crate::j::k();",
     );
-    let heads: Vec<String> = paths_after(&c, "crate")
-        .into_iter()
-        .map(|p| p[0].clone())
-        .collect();
-    assert_eq!(heads, ["a", "b", "f", "j"]);
+    assert_eq!(imported_folders(&c), ["a", "b", "f", "j"]);
     assert_eq!(
         paths_after("use super::{x::{A, B}, y};", "super"),
         [vec!["x".to_string()], vec!["y".to_string()]]
@@ -440,9 +441,5 @@ fn the_reader_sees_through_comments_strings_and_groups() {
     let c = without_tests(
         "use crate::a;\n#[cfg(test)]\nmod tests {\n    fn f() { crate::b::c(); }\n}\nuse crate::d;",
     );
-    let heads: Vec<String> = paths_after(&c, "crate")
-        .into_iter()
-        .map(|p| p[0].clone())
-        .collect();
-    assert_eq!(heads, ["a", "d"]);
+    assert_eq!(imported_folders(&c), ["a", "d"]);
 }
