@@ -144,10 +144,24 @@ impl FieldPath {
     }
 
     pub fn index(&self, i: usize) -> Self {
-        use std::fmt::Write;
-        let mut s = String::with_capacity(self.0.len() + 6);
+        // Digits by hand: `write!` costs several times the rest of the path.
+        let mut digits = [0u8; 20];
+        let mut at = digits.len();
+        let mut n = i;
+        loop {
+            at -= 1;
+            digits[at] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        let digits = std::str::from_utf8(&digits[at..]).expect("ASCII digits");
+        let mut s = String::with_capacity(self.0.len() + digits.len() + 2);
         s.push_str(&self.0);
-        let _ = write!(s, "[{i}]");
+        s.push('[');
+        s.push_str(digits);
+        s.push(']');
         FieldPath(s)
     }
 
@@ -181,5 +195,22 @@ mod tests {
         );
         assert!(!p.to_string().contains(char::is_control));
         assert_eq!(one_line("plain: ok"), "plain: ok");
+    }
+
+    #[test]
+    fn field_paths_name_fields_indexes_and_keys() {
+        let p = FieldPath::new("spec").field("containers");
+        assert_eq!(
+            p.index(0).field("env").index(12).as_str(),
+            "spec.containers[0].env[12]"
+        );
+        assert_eq!(
+            p.index(usize::MAX).as_str(),
+            format!("spec.containers[{}]", usize::MAX)
+        );
+        assert_eq!(
+            FieldPath::default().field("data").key("a\"b").as_str(),
+            "data[\"a\\\"b\"]"
+        );
     }
 }

@@ -481,7 +481,10 @@ fn check_plain_chars(s: &str) -> Result<(), EscapeError> {
 
 /// Checks that `p` is an absolute path that systemd keeps as it is (no simplification).
 pub fn check_path(p: &str) -> Result<(), EscapeError> {
-    p.chars().try_for_each(check_char)?;
+    // Printable ASCII holds no NUL or noncharacter: only the shape is checked.
+    if !p.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+        p.chars().try_for_each(check_char)?;
+    }
     if !p.starts_with('/') {
         return Err(EscapeError::PathNotAbsolute);
     }
@@ -518,6 +521,14 @@ fn push_path_word(out: &mut String, p: &str) -> Result<(), EscapeError> {
     check_path(p)?;
     let start = out.len();
     out.push('"');
+    // Most paths are printable ASCII with nothing to escape: copied at once.
+    if p.bytes()
+        .all(|b| (0x20..0x7f).contains(&b) && !matches!(b, b'\\' | b'"' | b'%'))
+    {
+        out.push_str(p);
+        out.push('"');
+        return check_len_from(out, start);
+    }
     for c in p.chars() {
         match c {
             '\\' | '"' => {
