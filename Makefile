@@ -16,10 +16,15 @@ release:
 	$(CARGO) build --release -p podunit --bins
 	$(CARGO) build --release -p podunit-generator
 
-# The suites with `test = false` (run by test-e2e, test-packaging and bench) are not among
-# --all-targets: clippy checks them by name.
-MANUAL_SUITES := --test e2e --test fields_e2e --test images_e2e --test sync_e2e --test sandbox_e2e --test cluster_e2e --test probes_e2e \
-	--test apiserver_e2e --test kubelet_api_e2e --test packaging --test packaging_e2e --test bench_reload --test bench_cluster --test bench_images --test bench_probes --test bench_kubelet
+# The suites with `test = false` in Cargo.toml, by the target that runs them (test-e2e,
+# test-packaging, bench-*). They are not among --all-targets: clippy checks them by name.
+# docs/testing.md explains their names: `<feature>[_<aspect>]_<what it runs against>`.
+E2E_SUITES := --test lifecycle_e2e --test fields_e2e --test sync_e2e --test sandbox_e2e \
+	--test probes_e2e --test images_e2e --test cluster_e2e --test cluster_apiserver_e2e --test kubelet_e2e
+PACKAGING_SUITES := --test packaging_cli --test packaging_e2e
+BENCH_SUITES := --test bench_reload --test bench_cluster --test bench_images --test bench_probes \
+	--test bench_kubelet
+MANUAL_SUITES := $(E2E_SUITES) $(PACKAGING_SUITES) $(BENCH_SUITES)
 
 # The generator alone as well: it builds the library without the `cli` feature, which a
 # workspace-wide run never sees (features unify), so a warning only that build has fails here.
@@ -53,7 +58,7 @@ QUIET := $(if $(filter 1,$(V)),,--quiet)
 
 # The cached Debian rootfs the real-systemd suite boots (outside the repo; PODUNIT_TEST_ROOTFS moves it).
 rootfs:
-	V="$(V)" tests/e2e/make-rootfs.sh
+	V="$(V)" tests/machine/make-rootfs.sh
 
 # etcd and a kube-apiserver built from Debian's kubernetes source package, cached outside the repo
 # (PODUNIT_TEST_CACHE moves it; about 10 minutes the first time, a no-op after).
@@ -63,8 +68,7 @@ controlplane:
 # Real systemd end to end: each test boots its own nspawn machine. E2E_JOBS machines at a time.
 E2E_JOBS ?= 4
 test-e2e: rootfs controlplane
-	$(CARGO) test --no-fail-fast --test e2e --test fields_e2e --test sync_e2e --test sandbox_e2e --test cluster_e2e \
-	  --test apiserver_e2e --test kubelet_api_e2e --test probes_e2e --test images_e2e -- --test-threads=$(E2E_JOBS)
+	$(CARGO) test --no-fail-fast $(E2E_SUITES) -- --test-threads=$(E2E_JOBS)
 
 # Boots a throwaway systemd machine, installs the release build (as `make release` makes it, and as
 # the packages ship it), runs examples/*.yaml, shows status and logs. Installs what it needs first
@@ -74,7 +78,7 @@ demo:
 	V="$(V)" tests/setup.sh demo
 	$(CARGO) build $(QUIET) --release -p podunit --bins
 	$(CARGO) build $(QUIET) --release -p podunit-generator
-	tests/e2e/demo.sh
+	tests/machine/demo.sh
 
 # --- Packages and source installs (packaging/files.tsv lists every installed file) -------------
 VERSION := $(shell sed -n 's/^version = "\([^"]*\)"/\1/p' Cargo.toml | head -n 1)
@@ -108,7 +112,7 @@ packages: deb rpm
 
 # Checks the built packages, `make install` and the .deb on a booted systemd (root, nspawn).
 test-packaging: packages
-	$(CARGO) test --test packaging --test packaging_e2e
+	$(CARGO) test $(PACKAGING_SUITES)
 
 # Builds what it installs first, so a fresh clone installs too; without cargo (root's PATH under
 # sudo), installs what an earlier `make stage` left.
@@ -165,7 +169,7 @@ FUZZ_TOOLCHAIN ?= +nightly
 fuzz:
 	command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz --locked
 	mkdir -p fuzz/corpus/manifest
-	for f in tests/golden/*/pods.d/* examples/*.yaml; do \
+	for f in generator/tests/golden/*/pods.d/* examples/*.yaml; do \
 	  cp "$$f" "fuzz/corpus/manifest/seed-$$(echo "$$f" | tr / _)"; \
 	done
 	python3 fuzz/seeds/unpack.py fuzz/corpus/unpack

@@ -1335,7 +1335,7 @@ fn a_pod_whose_image_is_not_on_the_node_and_may_not_be_pulled_waits_with_err_ima
 /// A pull that fails: the registry (a closed port here) answers nothing. The kubelet's
 /// `ErrImagePull` with the message, then `ImagePullBackOff`, and its Events; nothing runs. (Pulls
 /// that work, with pull secrets, are tested against a real registry and API server in
-/// tests/apiserver_e2e.rs.)
+/// tests/cluster_apiserver_e2e.rs.)
 #[test]
 fn a_failed_pull_is_err_image_pull_then_image_pull_back_off() {
     let env = start("pullfail", Policy::default(), |c| c);

@@ -15,7 +15,7 @@ use support::pods::{Probe, SOON, ctr_unit, pod_unit, start_pods, start_sync, wai
 
 const NS: &str = "default";
 
-/// A container that runs the probe (tests/e2e/probe.sh) as `name`, on the host's root.
+/// A container that runs the probe (tests/machine/probe.sh) as `name`, on the host's root.
 fn probe_container(container: &str, probe: &str, extra: &str) -> String {
     format!(
         "  - name: {container}\n    image: host\n    command: [\"/usr/local/bin/probe\"]\n    env:\n    - name: PROBE\n      value: {probe}\n{extra}"

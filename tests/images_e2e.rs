@@ -21,8 +21,8 @@ use support::pods::{SOON, container_pid, ctr_unit, start_pods, start_sync, wait_
 use support::registry::{self, host_arch};
 use support::status::status_row;
 
-/// The corpus's `pods/` directory: `PODUNIT_K8S_EXAMPLES` as for tests/k8s_examples.rs, else
-/// where it is kept beside the repository.
+/// The corpus's `pods/` directory: `PODUNIT_K8S_EXAMPLES` as for
+/// tests/manifest_k8s_examples_cli.rs, else where it is kept beside the repository.
 fn corpus(file: &str) -> Vec<u8> {
     let dir = std::env::var_os("PODUNIT_K8S_EXAMPLES")
         .filter(|v| !v.is_empty())

@@ -24,14 +24,14 @@ const TESTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests");
 
 /// The suites that run against real systemd (nspawn machines) or a real API server.
 const SUITES: &[&str] = &[
-    "e2e",
+    "lifecycle_e2e",
     "sync_e2e",
     "sandbox_e2e",
     "probes_e2e",
     "cluster_e2e",
     "images_e2e",
-    "apiserver_e2e",
-    "kubelet_api_e2e",
+    "cluster_apiserver_e2e",
+    "kubelet_e2e",
     "packaging_e2e",
     "fields_e2e",
 ];
@@ -312,19 +312,19 @@ fn recorder_reads_real_field_lists() {
 /// The check fails for each kind of mistake, so a passing run means something.
 #[test]
 fn the_check_catches_mistakes() {
-    // Tests that exist: e2e::shows_a; tests/fields_e2e.rs does not exist.
+    // Tests that exist: lifecycle_e2e::shows_a; tests/fields_e2e.rs does not exist.
     let tests = |suite: &str, name: &str| match suite {
-        "e2e" => Some(name == "shows_a"),
+        "lifecycle_e2e" => Some(name == "shows_a"),
         "fields_e2e" => None,
         _ => Some(false),
     };
     let problems = |doc: &str, s: &[(&str, &[&str])]| problems_with(doc, s, &tests);
     let s: &[(&str, &[&str])] = &[("Thing", &["a", "b"])];
-    let good = "## Fields\n### Thing\n| field | verdict | how |\n|---|---|---|\n| `a` | mapped | A= [e2e: e2e::shows_a] |\n| `b` | ignored | why |\n";
+    let good = "## Fields\n### Thing\n| field | verdict | how |\n|---|---|---|\n| `a` | mapped | A= [e2e: lifecycle_e2e::shows_a] |\n| `b` | ignored | why |\n";
     assert_eq!(problems(good, s), Vec::<String>::new());
     let missing = good.replace("| `b` | ignored | why |\n", "");
     assert_eq!(problems(&missing, s), vec!["Thing.b: no row"]);
-    let stale = format!("{good}| `c` | mapped | x [e2e: e2e::shows_a] |\n");
+    let stale = format!("{good}| `c` | mapped | x [e2e: lifecycle_e2e::shows_a] |\n");
     assert_eq!(
         problems(&stale, s),
         vec!["Thing.c: a row for a field the struct does not have"]
@@ -361,17 +361,22 @@ fn the_check_catches_mistakes() {
     assert_eq!(problems(&other, s), Vec::<String>::new());
 
     // The tests of a mapped row.
-    let a_how = |how: &str| good.replace("A= [e2e: e2e::shows_a]", how);
+    let a_how = |how: &str| good.replace("A= [e2e: lifecycle_e2e::shows_a]", how);
     assert_eq!(
         problems(&a_how("A="), s),
         vec!["Thing.a: mapped, but names no test that shows it ([e2e: SUITE::TEST])"]
     );
     assert_eq!(
-        problems(&a_how("A= [e2e: e2e::shows_nothing]"), s),
-        vec!["Thing.a: e2e::shows_nothing: no #[test] fn shows_nothing( in tests/e2e.rs"]
+        problems(&a_how("A= [e2e: lifecycle_e2e::shows_nothing]"), s),
+        vec![
+            "Thing.a: lifecycle_e2e::shows_nothing: no #[test] fn shows_nothing( in tests/lifecycle_e2e.rs"
+        ]
     );
     assert_eq!(
-        problems(&a_how("A= [e2e: e2e::shows_a, sync_e2e::gone]"), s),
+        problems(
+            &a_how("A= [e2e: lifecycle_e2e::shows_a, sync_e2e::gone]"),
+            s
+        ),
         vec!["Thing.a: sync_e2e::gone: no #[test] fn gone( in tests/sync_e2e.rs"]
     );
     assert_eq!(
@@ -384,12 +389,15 @@ fn the_check_catches_mistakes() {
         vec!["Thing.a: \"shows_a\" is not SUITE::TEST"]
     );
     assert_eq!(
-        problems(&a_how("[e2e: e2e::shows_a] A="), s),
-        vec!["Thing.a: `[e2e: e2e::shows_a] A=` does not end the row"]
+        problems(&a_how("[e2e: lifecycle_e2e::shows_a] A="), s),
+        vec!["Thing.a: `[e2e: lifecycle_e2e::shows_a] A=` does not end the row"]
     );
     // Tests named by a row that is not mapped.
     assert_eq!(
-        problems(&good.replace("| why |", "| why [e2e: e2e::shows_a] |"), s),
+        problems(
+            &good.replace("| why |", "| why [e2e: lifecycle_e2e::shows_a] |"),
+            s
+        ),
         vec!["Thing.b: ignored, but names tests"]
     );
     // A mapped row without a test fails, whatever the field.
@@ -410,7 +418,10 @@ fn suite_lookup_finds_only_tests() {
         ),
         Some(true)
     );
-    assert_eq!(suite_has_test("e2e", "no_such_test_anywhere"), Some(false));
+    assert_eq!(
+        suite_has_test("lifecycle_e2e", "no_such_test_anywhere"),
+        Some(false)
+    );
     assert_eq!(
         suite_has_test("mapping_doc", "suite_has_test"),
         Some(false),

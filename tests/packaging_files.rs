@@ -1,6 +1,6 @@
 //! The packaging sources agree with each other, without building anything: packaging/files.tsv,
 //! the cargo-deb and cargo-generate-rpm metadata in Cargo.toml, the unit files, tmpfiles.d and the
-//! library's idea of the host paths. (tests/packaging.rs checks the built packages.)
+//! library's idea of the host paths. (tests/packaging_cli.rs checks the built packages.)
 
 mod pkg;
 

@@ -79,7 +79,7 @@ if [ "$what" = test ]; then
 fi
 
 # The Debian root filesystem the machines boot (cached; about a minute the first time).
-V="${V:-}" tests/e2e/make-rootfs.sh
+V="${V:-}" tests/machine/make-rootfs.sh
 if [ "$what" = test ]; then
     # etcd and kube-apiserver built from Debian's kubernetes source (cached; 10 minutes or more
     # the first time). The script says what it installs.

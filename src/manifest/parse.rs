@@ -41,7 +41,7 @@ pub fn parse_cached(
 }
 
 /// [`parse`] without its fast ways: every document through a `serde_json::Value`, which locates
-/// every problem. What the fast ways return is what this returns (tests/parse_paths.rs).
+/// every problem. What the fast ways return is what this returns (tests/manifest_parse_paths.rs).
 pub fn parse_general(
     file: &Path,
     text: &str,

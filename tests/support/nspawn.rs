@@ -38,7 +38,7 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The cached rootfs, built by tests/e2e/make-rootfs.sh when missing.
+/// The cached rootfs, built by tests/machine/make-rootfs.sh when missing.
 pub fn rootfs() -> PathBuf {
     static ROOTFS: OnceLock<PathBuf> = OnceLock::new();
     ROOTFS
@@ -47,7 +47,7 @@ pub fn rootfs() -> PathBuf {
                 .filter(|p| !p.is_empty())
                 .map(PathBuf::from)
                 .unwrap_or_else(|| PathBuf::from(DEFAULT_ROOTFS));
-            let script = repo().join("tests/e2e/make-rootfs.sh");
+            let script = repo().join("tests/machine/make-rootfs.sh");
             let st = Command::new(&script)
                 .env("PODUNIT_TEST_ROOTFS", &path)
                 .status()
@@ -359,7 +359,7 @@ impl Machine {
             0o755,
         );
         put(
-            &repo().join("tests/e2e/probe.sh"),
+            &repo().join("tests/machine/probe.sh"),
             "/usr/local/bin/probe",
             0o755,
         );

@@ -46,7 +46,7 @@ pub fn yaml_str(s: &str) -> String {
     serde_json::to_string(s).expect("string to JSON")
 }
 
-/// What the probe named `name` recorded (see tests/e2e/probe.sh).
+/// What the probe named `name` recorded (see tests/machine/probe.sh).
 pub struct Probe<'a> {
     pub m: &'a Machine,
     pub name: String,

@@ -14,7 +14,7 @@ use std::path::Path;
 
 /// docker.io and registry.k8s.io served by the registry at `host` (a plain mirror), `ca` trusted.
 /// No store reserve: the tests' stores are on the host's disk, whose fullness is not theirs to
-/// decide (tests/image_registry.rs checks the reserve on a file system of its own).
+/// decide (tests/images_api.rs checks the reserve on a file system of its own).
 pub fn settings(host: &str, ca: &Path) -> Registries {
     let mut s = Registries {
         mirrors: [

@@ -1,5 +1,5 @@
 //! `systemd-analyze verify` on a generated unit tree, shared by the golden tests
-//! (generator/tests/golden.rs) and the k8s-examples test.
+//! (generator/tests/generator_golden_cli.rs) and the k8s-examples test.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;

@@ -1,6 +1,6 @@
 //! Real systemd, end to end (issue 3): every test boots its own throwaway machine
 //! (tests/support/nspawn.rs), drops manifests into it and asserts on what really ran, as recorded by
-//! the probe (tests/e2e/probe.sh) or seen in the machine's unit states and files.
+//! the probe (tests/machine/probe.sh) or seen in the machine's unit states and files.
 //!
 //! Needs root and systemd-nspawn; fails (never skips) without them. Run: `make test-e2e`.
 
@@ -1559,7 +1559,11 @@ fn containers_of_a_pod_share_one_ipc_namespace() {
     let m = Machine::boot("ipc");
     m.write(
         "/usr/local/bin/ipc-probe",
-        &std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/e2e/ipc-probe")).unwrap(),
+        &std::fs::read(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/machine/ipc-probe"
+        ))
+        .unwrap(),
     );
     m.sh_ok("chmod 755 /usr/local/bin/ipc-probe");
     // The host's own queues: only a hostIPC pod may see them.

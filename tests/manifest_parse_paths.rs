@@ -32,7 +32,7 @@ fn manifests() -> Vec<(PathBuf, String)> {
         &repo.join("../shared/testdata/k8s-examples/pods"),
         &mut files,
     );
-    files_under(&repo.join("tests/golden"), &mut files);
+    files_under(&repo.join("generator/tests/golden"), &mut files);
     files_under(&repo.join("examples"), &mut files);
     files.sort();
     files

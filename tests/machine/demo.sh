@@ -3,7 +3,7 @@
 # the release build of podunit in it as the package does (binaries, units, the node configuration),
 # drops examples/*.yaml into /etc/pods.d, reloads, and shows `podunit status` and a pod's logs.
 # Everything is removed at the end.
-#   PODUNIT_TEST_ROOTFS  the cached Debian rootfs (built by tests/e2e/make-rootfs.sh)
+#   PODUNIT_TEST_ROOTFS  the cached Debian rootfs (built by tests/machine/make-rootfs.sh)
 #   PODUNIT_DEMO_KEEP=1  leave the machine running and print how to enter it; its copy of the
 #                        rootfs is removed when the machine stops
 set -eu
@@ -13,7 +13,7 @@ rootfs=${PODUNIT_TEST_ROOTFS:-/var/cache/podunit-test/rootfs-bookworm}
 bin=${CARGO_TARGET_DIR:-$repo/target}/release
 [ "$(id -u)" = 0 ] || { echo "demo: run as root (it boots a systemd-nspawn machine)" >&2; exit 1; }
 command -v systemd-nspawn >/dev/null || { echo "demo: install systemd-container" >&2; exit 1; }
-"$repo/tests/e2e/make-rootfs.sh"
+"$repo/tests/machine/make-rootfs.sh"
 for b in podunit podunit-sync podunit-generator; do
     [ -x "$bin/$b" ] || { echo "demo: $bin/$b missing: run make demo" >&2; exit 1; }
 done

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """A WebSocket client of its own (RFC 6455, standard library only), independent of the node's
-code and of kubectl, for the kubelet API's WebSocket edge cases (tests/kubelet_api/websocket.rs).
+code and of kubectl, for the kubelet API's WebSocket edge cases (tests/kubelet_e2e/websocket.rs).
 
 Usage: wsclient.py CERT KEY URL [PROTOCOLS] [FRAME...]
   PROTOCOLS  the Sec-WebSocket-Protocol value ("-": no header)

@@ -1,6 +1,7 @@
-//! tests/e2e/make-rootfs.sh takes its Debian mirror from the host's apt sources (`--print-mirror`
-//! shows the choice), so the real-systemd suite builds wherever the host's apt works. Each case is
-//! an apt configuration of its own, pointed at by `APT_CONFIG`, read by the real `apt-config`.
+//! tests/machine/make-rootfs.sh takes its Debian mirror from the host's apt sources
+//! (`--print-mirror` shows the choice), so the real-systemd suite builds wherever the host's apt
+//! works. Each case is an apt configuration of its own, pointed at by `APT_CONFIG`, read by the
+//! real `apt-config`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -43,7 +44,7 @@ fn mirror(
         ),
     )
     .unwrap();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/e2e/make-rootfs.sh");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/machine/make-rootfs.sh");
     let mut cmd = Command::new(script);
     cmd.arg("--print-mirror")
         .env("APT_CONFIG", &conf)

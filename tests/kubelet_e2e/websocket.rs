@@ -32,7 +32,7 @@ fn hex(b: &[u8]) -> String {
 }
 
 fn client(m: &Machine, cert: &(PathBuf, PathBuf), path: &str, protocols: &str) -> Command {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/kubelet_api/wsclient.py");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/kubelet_e2e/wsclient.py");
     let mut c = in_machine_net(m, "python3");
     c.arg(script)
         .arg(&cert.0)

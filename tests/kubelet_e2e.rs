@@ -7,15 +7,15 @@
 mod support;
 
 // Further cases, one file each.
-#[path = "kubelet_api/exec_resize.rs"]
+#[path = "kubelet_e2e/exec_resize.rs"]
 mod exec_resize;
-#[path = "kubelet_api/node_logs.rs"]
+#[path = "kubelet_e2e/node_logs.rs"]
 mod node_logs;
-#[path = "kubelet_api/private_network.rs"]
+#[path = "kubelet_e2e/private_network.rs"]
 mod private_network;
-#[path = "kubelet_api/serving_cert.rs"]
+#[path = "kubelet_e2e/serving_cert.rs"]
 mod serving_cert;
-#[path = "kubelet_api/websocket.rs"]
+#[path = "kubelet_e2e/websocket.rs"]
 mod websocket;
 
 use std::io::{BufRead, BufReader};
@@ -466,7 +466,7 @@ fn exec_locally_and_through_a_real_apiserver() {
     );
 
     // `kubectl exec` through the API server: WebSocket (v5.channel.k8s.io) to the node's kubelet
-    // port, kubectl's default (tests/kubelet_api/websocket.rs proves which was spoken), and SPDY
+    // port, kubectl's default (tests/kubelet_e2e/websocket.rs proves which was spoken), and SPDY
     // where said.
     let out = cp
         .kubectl()

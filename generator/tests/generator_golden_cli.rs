@@ -1,6 +1,6 @@
-//! Golden tests: each directory under tests/golden/ holds manifests (`pods.d/`, optional `spool/`
-//! and `root/` for other host files) and the expected result: the unit tree (`expected/`, with the
-//! generator's report of its problems, `podunit/problems.json`, when it found any), the
+//! Golden tests: each directory under golden/ beside this file holds manifests (`pods.d/`, optional
+//! `spool/` and `root/` for other host files) and the expected result: the unit tree (`expected/`,
+//! with the generator's report of its problems, `podunit/problems.json`, when it found any), the
 //! generator's stderr (`expected.stderr`) and its exit status (`expected.status`). The generator
 //! runs as a process, exactly as systemd runs it. `UPDATE_GOLDEN=1` rewrites the expectations.
 //! Each case runs twice: cold, and warm with the parsed-manifest cache as podunit-sync fills it
@@ -15,7 +15,7 @@ use std::process::Command;
 mod verify;
 
 fn golden_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/golden")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden")
 }
 
 /// path relative to `root` -> file content or "-> target" for symlinks.
