@@ -1261,7 +1261,7 @@ fn machine_ip(m: &Machine, args: &str) {
     );
 }
 
-/// Issue 27 through a real API server:
+/// Node addresses and pod IPs through a real API server:
 /// - a node with two IPv4 addresses (an interface with a secondary address and the default
 ///   route, in the machine's own network namespace) reports one IP per family, the node IP (the
 ///   default route's interface's first address), as the kubelet does: the API server takes the

@@ -1,4 +1,4 @@
-//! Real systemd, end to end (issue 3): every test boots its own throwaway machine
+//! Real systemd, end to end: every test boots its own throwaway machine
 //! (tests/support/nspawn.rs), drops manifests into it and asserts on what really ran, as recorded by
 //! the probe (tests/machine/probe.sh) or seen in the machine's unit states and files.
 //!
@@ -758,7 +758,7 @@ spec:
 }
 
 /// hostPaths are the host's, whatever the pod unit keeps private (its /tmp and /var/tmp), and
-/// fsGroup owns the pod's own volumes with the kubelet's permissions (issue 27).
+/// fsGroup owns the pod's own volumes with the kubelet's permissions.
 #[test]
 fn hostpaths_are_the_hosts_and_fsgroup_owns_the_pods_volumes() {
     let m = Machine::boot("hostfs");

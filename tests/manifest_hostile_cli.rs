@@ -1,4 +1,4 @@
-//! A corpus of bad inputs (issue 6), each with the error it must get from `podunit check`, run as
+//! A corpus of bad inputs, each with the error it must get from `podunit check`, run as
 //! a process on a file of its own. The inputs are made here rather than stored: some are large,
 //! some are not valid UTF-8.
 

@@ -1,4 +1,4 @@
-//! Hostile input and secrets on real systemd (issue 6): what a sandboxed container can do, seen
+//! Hostile input and secrets on real systemd: what a sandboxed container can do, seen
 //! from inside the process, and where a Secret's value can be found on the node (nowhere but the
 //! process and root-only files).
 //!
@@ -223,7 +223,7 @@ spec:
     );
 }
 
-/// The processes a container sees (issue 27): its own only, in a PID namespace of its own where
+/// The processes a container sees: its own only, in a PID namespace of its own where
 /// its command is PID 1, whatever its user and group (procfs's `hidepid` let group 0 see every
 /// host process); its pod's with `shareProcessNamespace`; the host's with `hostPID`. And what the
 /// namespace must not change: exit codes, signals, `podunit exec`.

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// The target: 1000 pods generated in under 50 ms.
+/// The target: 1000 pods generated in under 50 ms.
 const TARGET_PODS: usize = 1000;
 const TARGET_WALL: Duration = Duration::from_millis(50);
 
