@@ -144,23 +144,11 @@ impl FieldPath {
     }
 
     pub fn index(&self, i: usize) -> Self {
-        // Digits by hand: `write!` costs several times the rest of the path.
-        let mut digits = [0u8; 20];
-        let mut at = digits.len();
-        let mut n = i;
-        loop {
-            at -= 1;
-            digits[at] = b'0' + (n % 10) as u8;
-            n /= 10;
-            if n == 0 {
-                break;
-            }
-        }
-        let digits = std::str::from_utf8(&digits[at..]).expect("ASCII digits");
-        let mut s = String::with_capacity(self.0.len() + digits.len() + 2);
+        let mut s = String::with_capacity(self.0.len() + 8);
         s.push_str(&self.0);
         s.push('[');
-        s.push_str(digits);
+        // By hand: `write!` cost several times the rest of the path.
+        crate::common::text::push_decimal(&mut s, i as u64);
         s.push(']');
         FieldPath(s)
     }
