@@ -1,4 +1,5 @@
-//! The ADD result and the configuration it was made with, kept per container ID, so DEL and CHECK
+//! The ADD result and the configuration it was made with, kept per container ID and interface
+//! (a pod's `lo` and `eth0` are two attachments, as libcni keys them), so DEL and CHECK
 //! run against what ADD set up (libcni keeps the same, in `/var/lib/cni`). Written atomically,
 //! read back bounded, removed after a successful DEL.
 
@@ -32,6 +33,7 @@ pub enum CacheError {
     Io { path: PathBuf, error: io::Error },
     Malformed { path: PathBuf, reason: String },
     InvalidContainerId(String),
+    InvalidIfname(String),
 }
 
 impl fmt::Display for CacheError {
@@ -43,7 +45,16 @@ impl fmt::Display for CacheError {
             CacheError::Malformed { path, reason } => {
                 write!(f, "CNI cache {}: {reason}", path.display())
             }
-            CacheError::InvalidContainerId(id) => write!(f, "invalid container ID {id:?}"),
+            CacheError::InvalidContainerId(id) => write!(
+                f,
+                "invalid container ID {id:?}: not alphanumerics, '_', '.' and '-'"
+            ),
+            CacheError::InvalidIfname(n) => {
+                write!(
+                    f,
+                    "invalid interface name {n:?}: not a Linux interface name"
+                )
+            }
         }
     }
 }
@@ -68,6 +79,16 @@ pub fn valid_container_id(id: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
 }
 
+/// An interface name as Linux takes it (IFNAMSIZ less the NUL; no `/`, `:` or blank): safe in
+/// a file name too.
+pub fn valid_ifname(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 15
+        && name != "."
+        && name != ".."
+        && !name.contains(|c: char| c == '/' || c == ':' || c.is_whitespace() || c == '\0')
+}
+
 #[derive(Debug, Clone)]
 pub struct Cache {
     dir: PathBuf,
@@ -82,16 +103,19 @@ impl Cache {
         &self.dir
     }
 
-    /// The file of container `id`.
-    pub fn path(&self, id: &str) -> Result<PathBuf, CacheError> {
+    /// The file of container `id`'s interface `ifname`.
+    pub fn path(&self, id: &str, ifname: &str) -> Result<PathBuf, CacheError> {
         if !valid_container_id(id) {
             return Err(CacheError::InvalidContainerId(id.to_string()));
         }
-        Ok(self.dir.join(format!("{id}.json")))
+        if !valid_ifname(ifname) {
+            return Err(CacheError::InvalidIfname(ifname.to_string()));
+        }
+        Ok(self.dir.join(format!("{id}-{ifname}.json")))
     }
 
     pub fn store(&self, e: &Entry) -> Result<(), CacheError> {
-        let path = self.path(&e.container_id)?;
+        let path = self.path(&e.container_id, &e.ifname)?;
         let doc = serde_json::json!({
             "kind": KIND,
             "containerId": e.container_id,
@@ -109,9 +133,9 @@ impl Cache {
         Ok(())
     }
 
-    /// The entry of container `id`, none if it has none.
-    pub fn load(&self, id: &str) -> Result<Option<Entry>, CacheError> {
-        let path = self.path(id)?;
+    /// The entry of container `id`'s interface `ifname`, none if it has none.
+    pub fn load(&self, id: &str, ifname_asked: &str) -> Result<Option<Entry>, CacheError> {
+        let path = self.path(id, ifname_asked)?;
         let io_err = |error| CacheError::Io {
             path: path.clone(),
             error,
@@ -143,8 +167,10 @@ impl Cache {
         let (Value::String(container_id), Value::String(ifname)) = (container_id, ifname) else {
             return Err(bad("no containerId or ifName".into()));
         };
-        if container_id != id {
-            return Err(bad(format!("records container {container_id:?}")));
+        if container_id != id || ifname != ifname_asked {
+            return Err(bad(format!(
+                "records container {container_id:?} interface {ifname:?}"
+            )));
         }
         Ok(Some(Entry {
             container_id,
@@ -155,9 +181,9 @@ impl Cache {
         }))
     }
 
-    /// Removes the entry of container `id`; no entry is no error.
-    pub fn remove(&self, id: &str) -> Result<(), CacheError> {
-        let path = self.path(id)?;
+    /// Removes the entry of container `id`'s interface `ifname`; no entry is no error.
+    pub fn remove(&self, id: &str, ifname: &str) -> Result<(), CacheError> {
+        let path = self.path(id, ifname)?;
         match std::fs::remove_file(&path) {
             Ok(()) => atomicfile::sync_dir(&self.dir).map_err(CacheError::from),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
@@ -187,18 +213,18 @@ mod tests {
             result: serde_json::json!({"cniVersion": "1.0.0", "ips": []}),
             capability_args: serde_json::json!({"portMappings": [{"hostPort": 80}]}),
         };
-        assert_eq!(c.load("abc123").unwrap(), None);
+        assert_eq!(c.load("abc123", "eth0").unwrap(), None);
         c.store(&e).unwrap();
-        assert_eq!(c.load("abc123").unwrap(), Some(e));
+        assert_eq!(c.load("abc123", "eth0").unwrap(), Some(e));
         use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::metadata(c.path("abc123").unwrap())
+        let mode = std::fs::metadata(c.path("abc123", "eth0").unwrap())
             .unwrap()
             .permissions()
             .mode();
         assert_eq!(mode & 0o777, 0o600);
-        c.remove("abc123").unwrap();
-        assert_eq!(c.load("abc123").unwrap(), None);
-        c.remove("abc123").unwrap();
+        c.remove("abc123", "eth0").unwrap();
+        assert_eq!(c.load("abc123", "eth0").unwrap(), None);
+        c.remove("abc123", "eth0").unwrap();
         std::fs::remove_dir_all(c.dir()).unwrap();
     }
 
@@ -207,8 +233,14 @@ mod tests {
         let c = scratch("bad");
         for id in ["", "../x", "a/b", ".hidden", "-x", "a b"] {
             assert!(
-                matches!(c.load(id), Err(CacheError::InvalidContainerId(_))),
+                matches!(c.load(id, "eth0"), Err(CacheError::InvalidContainerId(_))),
                 "{id}"
+            );
+        }
+        for name in ["", "..", "a/b", "sixteen-chars-xx", "e th0"] {
+            assert!(
+                matches!(c.load("x1", name), Err(CacheError::InvalidIfname(_))),
+                "{name}"
             );
         }
         std::fs::create_dir_all(c.dir()).unwrap();
@@ -217,9 +249,9 @@ mod tests {
             r#"{"kind":"other"}"#,
             r#"{"kind":"podunit-cni-cache-v1"}"#,
         ] {
-            std::fs::write(c.dir().join("x1.json"), body).unwrap();
+            std::fs::write(c.dir().join("x1-eth0.json"), body).unwrap();
             assert!(
-                matches!(c.load("x1"), Err(CacheError::Malformed { .. })),
+                matches!(c.load("x1", "eth0"), Err(CacheError::Malformed { .. })),
                 "{body}"
             );
         }

@@ -325,15 +325,7 @@ fn check_attachment(a: &Attachment) -> Result<(), InvokeError> {
             a.container_id
         )));
     }
-    // The kernel's IFNAMSIZ, less the NUL.
-    let ok = !a.ifname.is_empty()
-        && a.ifname.len() <= 15
-        && a.ifname != "."
-        && a.ifname != ".."
-        && !a
-            .ifname
-            .contains(|c: char| c == '/' || c == ':' || c.is_whitespace() || c == '\0');
-    if !ok {
+    if !cache::valid_ifname(&a.ifname) {
         return Err(InvokeError::InvalidAttachment(format!(
             "interface name {:?} is not a Linux interface name",
             a.ifname
@@ -381,7 +373,7 @@ impl Runtime {
         let capm = caps.to_map();
         let mut prev: Option<Value> = None;
         let mut parsed = None;
-        for plugin in &list.plugins {
+        for (k, plugin) in list.plugins.iter().enumerate() {
             let run = self
                 .run(Cmd::Add, list, plugin, Some(a), prev.as_ref(), &capm, None)
                 .and_then(|out| {
@@ -400,7 +392,7 @@ impl Runtime {
                     prev = Some(v);
                 }
                 Err(e) => {
-                    let _ = self.del_with(list, a, &capm, prev.as_ref());
+                    self.undo_add(list, k, a, &capm, prev.as_ref());
                     return Err(e);
                 }
             }
@@ -416,7 +408,7 @@ impl Runtime {
             capability_args: Value::Object(capm.clone()),
         };
         if let Err(e) = self.cache.store(&entry) {
-            let _ = self.del_with(list, a, &capm, Some(&entry.result));
+            self.undo_add(list, list.plugins.len() - 1, a, &capm, Some(&entry.result));
             return Err(e.into());
         }
         Ok(result)
@@ -433,7 +425,7 @@ impl Runtime {
         caps: &CapabilityArgs,
     ) -> Result<(), InvokeError> {
         check_attachment(a)?;
-        match self.cache.load(&a.container_id)? {
+        match self.cache.load(&a.container_id, &a.ifname)? {
             Some(e) => {
                 let cached = cached_list(&self.cache, &e)?;
                 let capm = match &e.capability_args {
@@ -444,8 +436,24 @@ impl Runtime {
             }
             None => self.del_with(list, a, &caps.to_map(), None)?,
         }
-        self.cache.remove(&a.container_id)?;
+        self.cache.remove(&a.container_id, &a.ifname)?;
         Ok(())
+    }
+
+    /// DEL of plugins `0..=last` (the one that failed may have done part of its work), in
+    /// reverse, each one whatever the others answer: what matters is freeing what was taken.
+    fn undo_add(
+        &self,
+        list: &NetworkConfigList,
+        last: usize,
+        a: &Attachment,
+        capm: &Map<String, Value>,
+        prev: Option<&Value>,
+    ) {
+        let prev = prev.filter(|_| version_at_least(&list.cni_version, "0.4.0"));
+        for plugin in list.plugins[..=last].iter().rev() {
+            let _ = self.run(Cmd::Del, list, plugin, Some(a), prev, capm, None);
+        }
     }
 
     fn del_with(
@@ -478,7 +486,7 @@ impl Runtime {
         }
         let e = self
             .cache
-            .load(&a.container_id)?
+            .load(&a.container_id, &a.ifname)?
             .ok_or_else(|| InvokeError::NotAdded {
                 container_id: a.container_id.clone(),
             })?;
@@ -674,7 +682,7 @@ fn cached_list(c: &Cache, e: &Entry) -> Result<NetworkConfigList, InvokeError> {
     let bytes = serde_json::to_vec(&e.config).unwrap_or_default();
     NetworkConfigList::parse(&bytes, true).map_err(|reason| {
         InvokeError::Cache(CacheError::Malformed {
-            path: c.path(&e.container_id).unwrap_or_default(),
+            path: c.path(&e.container_id, &e.ifname).unwrap_or_default(),
             reason,
         })
     })
