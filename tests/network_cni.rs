@@ -326,6 +326,16 @@ fn two_pods_get_addresses_reach_each_other_and_del_frees_them() {
     w.rt.del(&list, &a, &caps).unwrap();
     assert_eq!(w.rt.check(&list, &b).unwrap(), Outcome::Done);
 
+    // A pod whose interface went away fails CHECK with the bridge plugin's own message.
+    let (ok, out) = ip(&["-n", &ns_b.name, "link", "del", "eth0"]);
+    assert!(ok, "{out}");
+    match w.rt.check(&list, &b) {
+        Err(InvokeError::Plugin { plugin, msg, .. }) => {
+            assert_eq!(plugin, "bridge");
+            assert!(msg.contains("eth0"), "{msg}");
+        }
+        other => panic!("CHECK of pod B without eth0: {other:?}"),
+    }
     w.rt.del(&list, &b, &CapabilityArgs::default()).unwrap();
     w.rt.del(&lo, &lo_a, &CapabilityArgs::default()).unwrap();
     assert!(w.reserved().is_empty(), "{:?}", w.reserved());

@@ -879,6 +879,90 @@ mod tests {
         );
     }
 
+    /// A plugin that is a shell script (the real ones run in tests/network_cni.rs).
+    fn script_runtime(name: &str, body: &str) -> (Runtime, PathBuf) {
+        use std::os::unix::fs::PermissionsExt;
+        let d =
+            std::env::temp_dir().join(format!("podunit-cni-invoke-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        let p = d.join(name);
+        std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let rt = Runtime {
+            search_path: vec![d.clone()],
+            timeout: Duration::from_secs(2),
+            cache: Cache::new(d.join("cache")),
+        };
+        (rt, d)
+    }
+
+    #[test]
+    fn a_failure_without_error_json_hangs_and_floods_are_typed() {
+        let a = attachment();
+        let (rt, d) = script_runtime("crash", "cat >/dev/null; echo 'panic: boom' >&2; exit 2");
+        let e = rt.add(
+            &list(json!([{"type": "crash"}])),
+            &a,
+            &CapabilityArgs::default(),
+        );
+        match e {
+            Err(InvokeError::Failed { output, status, .. }) => {
+                assert_eq!(output, "panic: boom");
+                assert!(status.contains('2'), "{status}");
+            }
+            other => panic!("{other:?}"),
+        }
+        std::fs::remove_dir_all(&d).unwrap();
+
+        // Its child keeps stdout open too: the timeout kills the whole process group.
+        let (rt, d) = script_runtime("hang", "sleep 30 & sleep 30");
+        let t = Instant::now();
+        let e = rt.status(&NetworkConfigList {
+            cni_version: "1.1.0".into(),
+            ..list(json!([{"type": "hang"}]))
+        });
+        assert!(matches!(e, Err(InvokeError::Timeout { .. })), "{e:?}");
+        assert!(t.elapsed() < Duration::from_secs(10));
+        std::fs::remove_dir_all(&d).unwrap();
+
+        let (rt, d) = script_runtime("flood", "head -c 3000000 /dev/zero");
+        let e = rt.add(
+            &list(json!([{"type": "flood"}])),
+            &a,
+            &CapabilityArgs::default(),
+        );
+        assert!(
+            matches!(e, Err(InvokeError::OutputTooLarge { .. })),
+            "{e:?}"
+        );
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn the_plugin_gets_the_environment_and_stdin_libcni_gives() {
+        // Prints what it got as its result's DNS options, so ADD hands it back.
+        let (rt, d) = script_runtime(
+            "echoer",
+            r#"conf=$(cat | tr -d '"\n')
+printf '{"cniVersion":"1.0.0","dns":{"options":["%s","%s","%s","%s","%s","%s"]}}' \
+  "$CNI_COMMAND" "$CNI_CONTAINERID" "$CNI_NETNS" "$CNI_IFNAME" "$CNI_ARGS" "$conf""#,
+        );
+        let l = list(json!([{"type": "echoer", "capabilities": {"portMappings": true}}]));
+        let r = rt.add(&l, &attachment(), &caps()).unwrap();
+        let o = &r.dns.options;
+        assert_eq!(&o[..4], ["ADD", "c0ffee", "/var/run/netns/x", "eth0"]);
+        assert_eq!(o[4], cni_args(&attachment()).unwrap());
+        assert!(
+            o[5].contains("name:podnet") && o[5].contains("hostPort:8080"),
+            "{}",
+            o[5]
+        );
+        let cached = rt.cache.load("c0ffee", "eth0").unwrap().unwrap();
+        assert_eq!(cached.config, l.to_json());
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
     #[test]
     fn gc_and_status_are_skipped_before_1_1_0() {
         let r = Runtime {
