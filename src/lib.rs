@@ -48,6 +48,10 @@ pub mod status;
 #[cfg(feature = "cli")]
 pub mod systemd;
 
+// Pod networking through CNI plugins: configuration, invocation, results, the result cache.
+#[cfg(feature = "cli")]
+pub mod cni;
+
 // Commands run inside containers for people: `podunit exec` and the kubelet API's `/exec`.
 #[cfg(feature = "cli")]
 pub mod exec;

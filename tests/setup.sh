@@ -33,7 +33,9 @@ packages() {
     echo "skopeo the image benchmark's baseline"
     echo "python3-grpcio a real gRPC health server for the grpc probe tests"
     echo "python3 the fuzz seed scripts and the kubelet API's WebSocket test client"
-    echo "iproute2 ip, to give a test machine an address inside its own network namespace"
+    echo "iproute2 ip, to give a test machine an address inside its own network namespace, and the CNI tests' namespaces"
+    echo "containernetworking-plugins the real CNI plugins (bridge, host-local, loopback, portmap, firewall) of the CNI tests"
+    echo "iptables what the portmap and firewall CNI plugins run"
 }
 
 missing=
