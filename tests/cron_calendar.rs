@@ -374,11 +374,16 @@ fn systemd_fires_when_cron_does_in_a_zone_across_dst() {
             assert_eq!(at_start, Vec::<i64>::new(), "{schedule} {zone}");
             let at_end = compare(schedule, Some(zone), end);
             // Cron fires again in the repeated hour when that hour matches; systemd does not.
-            let repeats_hour = match (zone, schedule) {
-                ("Europe/Berlin", "30 2 * * *" | "0 * * * *" | "*/20 1-3 * * *") => true,
-                ("America/New_York", "0 * * * *" | "*/20 1-3 * * *" | "15 1 * * *") => true,
-                _ => false,
-            };
+            let repeats_hour = matches!(
+                (zone, schedule),
+                (
+                    "Europe/Berlin",
+                    "30 2 * * *" | "0 * * * *" | "*/20 1-3 * * *"
+                ) | (
+                    "America/New_York",
+                    "0 * * * *" | "*/20 1-3 * * *" | "15 1 * * *"
+                )
+            );
             assert_eq!(
                 !at_end.is_empty(),
                 repeats_hour,
