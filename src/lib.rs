@@ -19,6 +19,8 @@ pub mod manifest;
 pub mod probe;
 pub mod translate;
 pub mod validate;
+// Workload controllers' pure decisions (a CronJob's schedule as calendar specs).
+pub mod workload;
 
 // Runs at pod start, as root.
 #[cfg(feature = "cli")]
