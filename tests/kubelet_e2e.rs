@@ -416,6 +416,29 @@ fn shell_pod(name: &str) -> String {
     .to_string()
 }
 
+/// A command printing each of its arguments in brackets, with arguments that a shell or systemd
+/// would change, and what it must print.
+fn exact_args() -> (Vec<&'static str>, String) {
+    let args = [
+        "a$$b",
+        "$HOME",
+        "${MARK}",
+        "$(MARK)",
+        "$$(MARK)",
+        "%n",
+        "100%%",
+        "back\\slash",
+        "",
+        "'\"",
+        "two\nlines",
+        "-n",
+    ];
+    let printed = args.iter().map(|a| format!("[{a}]\n")).collect();
+    let mut argv = vec!["printf", "[%s]\\n"];
+    argv.extend(args);
+    (argv, printed)
+}
+
 #[test]
 fn exec_locally_and_through_a_real_apiserver() {
     let m = Machine::boot("kubelet-exec");
@@ -439,6 +462,18 @@ fn exec_locally_and_through_a_real_apiserver() {
         "out\n1234\nfrom-the-pod\n"
     );
     assert_eq!(out.status.code(), Some(3));
+    // The command gets its arguments exactly, as the kubelet passes them to the runtime: systemd
+    // expands none of `$$`, `${VAR}`, a lone `$VAR` or `%` on the way, and drops no empty one.
+    let (exact, printed) = exact_args();
+    let mut argv = vec!["podunit", "exec", "shell", "--"];
+    argv.extend(exact.iter().copied());
+    let out = m.exec(&argv);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        printed,
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let main_mnt = m.sh_ok(&format!(
         "readlink /proc/{}/ns/mnt",
         container_pid(&m, &ctr_unit("default", "shell", "main"))
@@ -510,6 +545,24 @@ fn exec_locally_and_through_a_real_apiserver() {
         .unwrap(),
         "1234\nfrom-the-pod\n"
     );
+    for spdy in [false, true] {
+        let mut k = cp.kubectl();
+        if spdy {
+            k.env("KUBECTL_REMOTE_COMMAND_WEBSOCKETS", "false");
+        }
+        let out = k
+            .args(["exec", "shell", "--"])
+            .args(&exact)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            printed,
+            "spdy {spdy}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
     // -i: stdin through, to its end (WebSocket: v5's close signal; SPDY: the stream's FIN).
     for spdy in [false, true] {
         let mut k = cp.kubectl();

@@ -263,12 +263,11 @@ impl Client {
         argv: &[String],
     ) -> Result<OwnedObjectPath, Error> {
         use zbus::zvariant::Value;
-        let exec = vec![(argv[0].clone(), argv.to_vec(), false)];
         let props: Vec<(&str, Value<'_>)> = vec![
             ("Description", Value::from(description)),
             ("Type", Value::from("oneshot")),
             ("CollectMode", Value::from("inactive-or-failed")),
-            ("ExecStart", Value::from(exec)),
+            ("ExecStartEx", props::exec_start_ex(argv)),
         ];
         self.start_transient(name, props)
     }
@@ -297,13 +296,12 @@ impl Client {
         stdio: [std::os::fd::BorrowedFd<'_>; 3],
     ) -> Result<(), Error> {
         use zbus::zvariant::{Fd, Value};
-        let exec = vec![(argv[0].clone(), argv.to_vec(), false)];
         let [i, o, e] = stdio;
         let props: Vec<(&str, Value<'_>)> = vec![
             ("Description", Value::from(description)),
             ("Type", Value::from("oneshot")),
             ("CollectMode", Value::from("inactive-or-failed")),
-            ("ExecStart", Value::from(exec)),
+            ("ExecStartEx", props::exec_start_ex(argv)),
             ("StandardInputFileDescriptor", Value::Fd(Fd::from(i))),
             ("StandardOutputFileDescriptor", Value::Fd(Fd::from(o))),
             ("StandardErrorFileDescriptor", Value::Fd(Fd::from(e))),
@@ -326,7 +324,6 @@ impl Client {
         of: &str,
     ) -> Result<(), Error> {
         use zbus::zvariant::{Fd, Value};
-        let exec = vec![(argv[0].clone(), argv.to_vec(), false)];
         let unit = vec![of.to_string()];
         // An allow-list (true), as `RestrictAddressFamilies=AF_INET ...` is.
         let families = (true, vec!["AF_INET", "AF_INET6", "AF_UNIX"]);
@@ -334,7 +331,7 @@ impl Client {
             ("Description", Value::from(description)),
             ("Type", Value::from("simple")),
             ("CollectMode", Value::from("inactive-or-failed")),
-            ("ExecStart", Value::from(exec)),
+            ("ExecStartEx", props::exec_start_ex(argv)),
             ("StandardInputFileDescriptor", Value::Fd(Fd::from(stdin))),
             // Not the socket, which is the default with an fd for stdin.
             ("StandardOutput", Value::from("journal")),

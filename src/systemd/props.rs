@@ -133,6 +133,20 @@ fn exec_command(m: &HashMap<String, OwnedValue>, k: &str) -> (String, Vec<String
     (path, argv)
 }
 
+/// The `ExecStartEx` property (`a(sasas)`) of a transient unit that runs `argv` exactly.
+/// systemd expands `$$`, `${VAR}` and an argument that is a lone `$VAR` in every `Exec*=`
+/// command when it executes it, `ExecStart` set over D-Bus included; `no-env-expand` (a unit
+/// file's `:` prefix) turns that off, so no argument can collapse, vanish or pick up the
+/// manager's environment.
+pub fn exec_start_ex(argv: &[String]) -> Value<'static> {
+    let path = argv.first().cloned().unwrap_or_default();
+    Value::from(vec![(
+        path,
+        argv.to_vec(),
+        vec!["no-env-expand".to_string()],
+    )])
+}
+
 fn hex_bytes(m: &HashMap<String, OwnedValue>, k: &str) -> String {
     let Some(Value::Array(a)) = get(m, k) else {
         return String::new();
@@ -183,6 +197,34 @@ mod tests {
 
     fn ov(v: Value<'_>) -> OwnedValue {
         OwnedValue::try_from(v).unwrap()
+    }
+
+    #[test]
+    fn transient_commands_are_never_expanded() {
+        let argv: Vec<String> = [
+            "printf",
+            "a$$b",
+            "$HOME",
+            "${X}",
+            "%n",
+            "back\\slash",
+            "",
+            "two\nlines",
+            "'\"",
+        ]
+        .map(String::from)
+        .to_vec();
+        let v = exec_start_ex(&argv);
+        assert_eq!(v.value_signature().to_string(), "a(sasas)");
+        let got: Vec<(String, Vec<String>, Vec<String>)> = ov(v).try_into().unwrap();
+        assert_eq!(
+            got,
+            [(
+                "printf".to_string(),
+                argv,
+                vec!["no-env-expand".to_string()]
+            )]
+        );
     }
 
     #[test]
