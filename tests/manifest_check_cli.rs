@@ -156,3 +156,40 @@ fn a_missing_manifest_directory_is_said_not_counted_as_ok() {
     );
     let _ = std::fs::remove_dir_all(&r);
 }
+
+/// A chart's output as it comes: the Service and ServiceAccount beside the pod are skipped with
+/// a warning naming the kind and why; the pod is checked as if alone; a kind podunit does not
+/// know stays an error.
+#[test]
+fn control_plane_kinds_beside_a_pod_are_skipped_with_a_warning() {
+    let r = root("bundle", true);
+    let f = r.join("etc/pods.d/web.yaml");
+    let bundle = format!(
+        "apiVersion: v1\nkind: ServiceAccount\nmetadata: {{name: web}}\n---\n{}---\n\
+         apiVersion: v1\nkind: Service\nmetadata: {{name: web}}\nspec: {{ports: [{{port: 80}}]}}\n",
+        POD.replace("NAME", "web")
+    );
+    std::fs::write(&f, &bundle).unwrap();
+    let (code, out, err) = check(&r, &r, &["etc/pods.d/web.yaml"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("web.yaml: default/web: document[2].kind: warning: v1/Service skipped: "),
+        "{out}"
+    );
+    assert!(
+        out.contains("web.yaml: default/web: kind: warning: v1/ServiceAccount skipped: "),
+        "{out}"
+    );
+    assert!(
+        err.contains("1 pod(s) ok, 0 error(s), 2 warning(s)"),
+        "{err}"
+    );
+    std::fs::write(&f, bundle.replace("kind: Service\n", "kind: Servise\n")).unwrap();
+    let (code, out, err) = check(&r, &r, &["etc/pods.d/web.yaml"]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        out.contains("document[2].kind: v1/Servise is not supported here"),
+        "{out}"
+    );
+    let _ = std::fs::remove_dir_all(&r);
+}

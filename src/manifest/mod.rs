@@ -3,6 +3,7 @@
 
 pub mod admission;
 pub mod cache;
+pub mod control_plane;
 pub mod discover;
 pub mod documents;
 pub mod fast;
@@ -249,7 +250,7 @@ pub fn static_uid(namespace: &str, name: &str, file: &Path) -> String {
     h.update(name.as_bytes());
     h.update([0]);
     h.update(file.as_os_str().as_encoded_bytes());
-    let hex = hex(&h.finalize()[..16]);
+    let hex = crate::common::text::hex(&h.finalize()[..16]);
     format!(
         "{}-{}-{}-{}-{}",
         &hex[0..8],
@@ -258,15 +259,4 @@ pub fn static_uid(namespace: &str, name: &str, file: &Path) -> String {
         &hex[16..20],
         &hex[20..32]
     )
-}
-
-/// Lower-case hex of `bytes`.
-pub fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        s.push(DIGITS[usize::from(b >> 4)] as char);
-        s.push(DIGITS[usize::from(b & 15)] as char);
-    }
-    s
 }

@@ -138,14 +138,23 @@ fn parse_document(
             .at(root.to_string())
             .pod_opt(who),
         ),
-        _ => problems.push(
-            Problem::error(
-                file,
-                format!("{api}/{kind} is not supported here (only v1 Pod, ConfigMap and Secret)"),
-            )
-            .at(root.field("kind").to_string())
-            .pod_opt(who),
-        ),
+        _ => match super::control_plane::skipped(api, kind) {
+            Some(why) => problems.push(
+                Problem::warning(file, format!("{api}/{kind} skipped: {why}"))
+                    .at(root.field("kind").to_string())
+                    .pod_opt(who),
+            ),
+            None => problems.push(
+                Problem::error(
+                    file,
+                    format!(
+                        "{api}/{kind} is not supported here (only v1 Pod, ConfigMap and Secret)"
+                    ),
+                )
+                .at(root.field("kind").to_string())
+                .pod_opt(who),
+            ),
+        },
     }
 }
 
@@ -262,6 +271,24 @@ mod tests {
             p,
             vec![
                 "t.yaml: default/d: document[1].kind: apps/v1/Deployment is not supported here (only v1 Pod, ConfigMap and Secret)"
+            ]
+        );
+    }
+
+    #[test]
+    fn control_plane_kinds_are_skipped_with_a_warning_and_cost_nothing_else() {
+        // As a chart renders a workload: the Service and ServiceAccount beside the Pod.
+        let (o, p) = run(
+            "apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: web}\n---\napiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: shop}\nspec: {ports: [{port: 80}]}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec: {containers: [{name: c, image: host}]}\n---\napiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {name: web}\n---\napiVersion: v1\nkind: Sevice\nmetadata: {name: typo}\n",
+        );
+        assert!(matches!(o.as_slice(), [Object::Pod(_)]));
+        assert_eq!(
+            p,
+            vec![
+                "t.yaml: default/web: kind: warning: v1/ServiceAccount skipped: pods on a standalone node get no API credentials, so there is no account to run as",
+                "t.yaml: shop/web: document[1].kind: warning: v1/Service skipped: Services are served by kube-proxy and cluster DNS, which a standalone node does not run",
+                "t.yaml: default/web: document[3].kind: warning: networking.k8s.io/v1/Ingress skipped: Ingresses are served by an ingress controller, which a standalone node does not run",
+                "t.yaml: default/typo: document[4].kind: v1/Sevice is not supported here (only v1 Pod, ConfigMap and Secret)",
             ]
         );
     }
