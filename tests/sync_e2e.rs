@@ -828,8 +828,14 @@ fn reload_storm_leaves_no_false_errors_in_the_journal() {
         .unwrap_or_else(|| panic!("a journal cursor in {last:?}"))
         .to_string();
     // Every reload replaces the pod of the one before; one shell, so reloads come back to back.
+    // Meanwhile `podunit exec` runs in the steady pod, again and again: a transient unit created
+    // just before a reload must run its command as given (`$`, `%`, an empty argument).
     let rounds = 30;
-    let mut script = String::new();
+    let execs = 15;
+    let mut script = format!(
+        "(for j in $(seq {execs}); do podunit exec steady -- /usr/bin/printf '[%s]' 'a$$b' \
+         '${{HOME}}' '$X' '' >> /root/exec.out 2>&1; echo >> /root/exec.out; done) &\n"
+    );
     for i in 0..rounds {
         script.push_str(&format!(
             "rm -f /etc/pods.d/storm-*.yaml; printf '%s' '{}' > /etc/pods.d/storm-{i}-x.yaml; \
@@ -837,7 +843,14 @@ fn reload_storm_leaves_no_false_errors_in_the_journal() {
             pod(&format!("storm-{i}-x"))
         ));
     }
+    script.push_str("wait\n");
     m.sh_ok(&script);
+    let exec_out = m.sh_ok("cat /root/exec.out");
+    assert_eq!(
+        exec_out.lines().collect::<Vec<_>>(),
+        vec!["[a$$b][${HOME}][$X][]"; execs],
+        "every exec during the storm ran its command exactly"
+    );
     reload_and_wait_reconcile(&m);
     let last = format!("storm-{}-x", rounds - 1);
     wait_state(&m, &ctr_unit(NS, &last, "main"), &["active"]);

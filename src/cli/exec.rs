@@ -38,6 +38,10 @@ pub struct StageArgs {
     /// The command's stdin is a terminal, to become its controlling one.
     #[arg(long)]
     tty: bool,
+    /// The command's arguments are hex-encoded ([`crate::common::argv_hex`]), as a transient
+    /// unit's `ExecStart=` carries them.
+    #[arg(long)]
+    hex: bool,
     #[arg(last = true, required = true)]
     command: Vec<String>,
 }
@@ -69,8 +73,8 @@ fn dup(fd: impl AsFd) -> Result<OwnedFd, String> {
 fn run_inner(args: &Args) -> Result<Exit, String> {
     let paths = Paths::from_env();
     let client = super::system_bus()?;
-    let pods = super::pods::gather(&client, &paths)?;
-    let (pod, _) = super::pods::find(&pods, &args.pod)?;
+    let (pod, _) = super::pods::lookup(&client, &paths, &args.pod)?;
+    let pod = &pod;
     let container = super::logs::pick_container(pod, args.container.as_deref())?;
     let unit = exec::container_unit(pod, &container).map_err(|e| e.to_string())?;
     let pod_name = pod.key.to_string();
@@ -148,9 +152,13 @@ fn with_terminal(
 }
 
 pub fn stage(a: StageArgs) -> ExitCode {
+    let command = match super::decoded_command(a.hex, a.command) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
     match (a.enter, a.unit) {
-        (Some(pid), _) => exec::session::stage_two(pid, a.tty, &a.command),
-        (None, Some(unit)) => exec::session::stage_one(&unit, a.tty, &a.command),
+        (Some(pid), _) => exec::session::stage_two(pid, a.tty, &command),
+        (None, Some(unit)) => exec::session::stage_one(&unit, a.tty, &command),
         (None, None) => ExitCode::from(super::EXIT_USAGE),
     }
 }

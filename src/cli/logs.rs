@@ -87,8 +87,8 @@ pub fn run(args: Args) -> ExitCode {
 fn run_inner(args: &Args) -> Result<ExitCode, String> {
     let paths = Paths::from_env();
     let client = super::system_bus()?;
-    let pods = super::pods::gather(&client, &paths)?;
-    let (pod, _) = super::pods::find(&pods, &args.pod)?;
+    let (pod, _) = super::pods::lookup(&client, &paths, &args.pod)?;
+    let pod = &pod;
     let container = pick_container(pod, args.container.as_deref())?;
     let invocation = if args.previous {
         let unit = &pod

@@ -21,6 +21,17 @@ pub mod sync;
 /// Exit code for usage errors, as `podunit check` documents.
 pub const EXIT_USAGE: u8 = 2;
 
+/// The command of an internal stage (`exec-stage`, `probe-exec`), decoded when `--hex`.
+fn decoded_command(hex: bool, command: Vec<String>) -> Result<Vec<String>, ExitCode> {
+    if !hex {
+        return Ok(command);
+    }
+    crate::common::argv_hex::decode(&command).map_err(|e| {
+        errln!("podunit: --hex: {e}");
+        ExitCode::from(EXIT_USAGE)
+    })
+}
+
 #[derive(Parser, Debug)]
 #[command(
     name = "podunit",

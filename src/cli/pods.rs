@@ -13,10 +13,17 @@ use std::collections::HashMap;
 /// Every pod podunit knows: rendered ones, then ones whose files are gone but still run.
 pub fn gather(client: &Client, paths: &Paths) -> Result<Vec<(GeneratedPod, bool)>, String> {
     let dir = paths.host(output::GENERATOR_DIR);
-    let desired = output::scan(&dir).map_err(|e| e.to_string())?;
+    let desired = output::scan(&dir);
+    // systemd answers no call during a daemon-reload: once this one is answered, a tree that
+    // was being rewritten while it was read is whole again, and is read once more.
     let actual = client
         .list_units(systemd::UNIT_PATTERN)
         .map_err(|e| e.to_string())?;
+    let desired = match desired {
+        Err(e) if e.is_reload_under_way() => output::scan(&dir),
+        d => d,
+    }
+    .map_err(|e| e.to_string())?;
     let orphans = status::pod::orphan_pods(&actual, &desired);
     let mut all: Vec<(GeneratedPod, bool)> = desired.into_iter().map(|p| (p, false)).collect();
     all.extend(orphans.into_iter().map(|p| (p, true)));
@@ -85,6 +92,23 @@ pub fn pod_status(
 }
 
 /// Finds `NAME` (any namespace; `default` wins) or `NAMESPACE/NAME`.
+/// The pod `want` (`NAME` or `NAMESPACE/NAME`) among every pod podunit knows. A daemon-reload
+/// under way rewrites the generator's tree, so a pod missing from it is looked for again, after
+/// a call to systemd (answered only once the reload is done); a few times, for reloads that
+/// come back to back.
+pub fn lookup(client: &Client, paths: &Paths, want: &str) -> Result<(GeneratedPod, bool), String> {
+    const TRIES: usize = 4;
+    let mut tries = 1;
+    loop {
+        let pods = gather(client, paths)?;
+        match find(&pods, want) {
+            Ok(found) => return Ok(found.clone()),
+            Err(e) if tries == TRIES => return Err(e),
+            Err(_) => tries += 1,
+        }
+    }
+}
+
 pub fn find<'a>(
     pods: &'a [(GeneratedPod, bool)],
     want: &str,

@@ -15,6 +15,10 @@ pub struct Args {
     /// Stage two: enter the container of this main PID and become the command.
     #[arg(long, value_name = "PID")]
     enter: Option<u32>,
+    /// The command's arguments are hex-encoded ([`crate::common::argv_hex`]), as a transient
+    /// unit's `ExecStart=` carries them.
+    #[arg(long)]
+    hex: bool,
     /// The command and its arguments.
     #[arg(last = true, required = true)]
     command: Vec<String>,
@@ -22,10 +26,14 @@ pub struct Args {
 
 pub fn run(a: Args) -> ExitCode {
     use crate::prober::exec;
+    let command = match super::decoded_command(a.hex, a.command) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
     match (a.enter, a.unit) {
-        (Some(pid), _) => exec::stage_two(pid, &a.command),
+        (Some(pid), _) => exec::stage_two(pid, &command),
         (None, Some(unit)) => {
-            exec::stage_one(&unit, Duration::from_secs(a.timeout.max(1)), &a.command)
+            exec::stage_one(&unit, Duration::from_secs(a.timeout.max(1)), &command)
         }
         (None, None) => ExitCode::from(super::EXIT_USAGE),
     }

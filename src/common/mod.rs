@@ -1,6 +1,7 @@
 //! Small pure basics every program shares: the node configuration and policy, host paths,
 //! quantities, time formats, problem reports, the generator's parallel map and string building.
 
+pub mod argv_hex;
 pub mod atomicfile;
 pub mod config;
 pub mod diag;

@@ -68,8 +68,8 @@ pub fn start(
     if stdio.tty {
         cmd.push("--tty".into());
     }
-    cmd.push("--".into());
-    cmd.extend(argv.iter().cloned());
+    cmd.extend(["--hex".into(), "--".into()]);
+    cmd.extend(crate::common::argv_hex::encode(argv));
     let name = format!(
         "podunit-exec-{}-{}.service",
         std::process::id(),

@@ -104,17 +104,42 @@ pub struct GenFile {
 #[derive(Debug)]
 pub enum Error {
     Read(PathBuf, std::io::Error),
+    /// A file listed a moment before is gone: systemd empties the generator dir at the start of
+    /// every daemon-reload, so a reload is under way, and its end brings a complete tree.
+    Rewritten(PathBuf),
+}
+
+impl Error {
+    /// Whether reading again after the reload under way ends is the whole answer: no error to
+    /// report, since every reader rescans when a reload ends.
+    pub fn is_reload_under_way(&self) -> bool {
+        matches!(self, Error::Rewritten(_))
+    }
 }
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Error::Read(p, e) => write!(f, "cannot read {}: {e}", p.display()),
+            Error::Rewritten(p) => write!(
+                f,
+                "{} went away while read: a daemon-reload is under way",
+                p.display()
+            ),
         }
     }
 }
 
 impl std::error::Error for Error {}
+
+/// The error of reading `path`, found by listing its directory.
+fn listed_read_error(path: &Path, e: std::io::Error) -> Error {
+    if e.kind() == std::io::ErrorKind::NotFound {
+        Error::Rewritten(path.to_path_buf())
+    } else {
+        Error::Read(path.to_path_buf(), e)
+    }
+}
 
 /// Reads the podunit part of a generator output dir. A missing dir means no pods.
 pub fn scan(dir: &Path) -> Result<Vec<GeneratedPod>, Error> {
@@ -134,7 +159,7 @@ pub fn scan(dir: &Path) -> Result<Vec<GeneratedPod>, Error> {
         let path = entry.path();
         read_entry(&path, &name, &mut files)?;
         if path.is_dir() {
-            let sub = std::fs::read_dir(&path).map_err(|e| Error::Read(path.clone(), e))?;
+            let sub = std::fs::read_dir(&path).map_err(|e| listed_read_error(&path, e))?;
             for e in sub {
                 let e = e.map_err(|e| Error::Read(path.clone(), e))?;
                 let rel = format!("{name}/{}", e.file_name().to_string_lossy());
@@ -146,12 +171,12 @@ pub fn scan(dir: &Path) -> Result<Vec<GeneratedPod>, Error> {
 }
 
 fn read_entry(path: &Path, rel: &str, out: &mut Vec<GenFile>) -> Result<(), Error> {
-    let meta = std::fs::symlink_metadata(path).map_err(|e| Error::Read(path.to_path_buf(), e))?;
+    let meta = std::fs::symlink_metadata(path).map_err(|e| listed_read_error(path, e))?;
     let content = if meta.file_type().is_symlink() {
-        let t = std::fs::read_link(path).map_err(|e| Error::Read(path.to_path_buf(), e))?;
+        let t = std::fs::read_link(path).map_err(|e| listed_read_error(path, e))?;
         t.to_string_lossy().into_owned().into_bytes()
     } else if meta.is_file() {
-        std::fs::read(path).map_err(|e| Error::Read(path.to_path_buf(), e))?
+        std::fs::read(path).map_err(|e| listed_read_error(path, e))?
     } else {
         return Ok(());
     };

@@ -59,6 +59,14 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
+impl Error {
+    /// The generator's tree was being rewritten: a reload is under way and the reconcile
+    /// after it does the work, so there is nothing to report.
+    pub fn is_reload_under_way(&self) -> bool {
+        matches!(self, Error::Generated(e) if e.is_reload_under_way())
+    }
+}
+
 impl From<systemd::Error> for Error {
     fn from(e: systemd::Error) -> Self {
         Error::Systemd(e)
@@ -73,6 +81,26 @@ impl From<output::Error> for Error {
     fn from(e: output::Error) -> Self {
         Error::Generated(e)
     }
+}
+
+/// A SIGKILL due when a stop's grace period is over.
+struct KillAt {
+    at: Instant,
+    unit: String,
+    /// The stop job: no SIGKILL once it is done.
+    job: String,
+    /// A second try, after the first SIGKILL failed.
+    again: bool,
+}
+
+/// How long after a SIGKILL that failed it is tried again.
+const KILL_AGAIN: Duration = Duration::from_secs(1);
+
+/// A cleanup unit's start job under way.
+struct CleanupJob {
+    /// `namespace/name` of the removed pod.
+    pod: String,
+    unit: String,
 }
 
 /// What one reconcile did, for the log and `STATUS=`.
@@ -113,13 +141,13 @@ pub struct Syncer {
     boot_id: String,
     /// Stop jobs still running; once none is left, failed leftovers get reset.
     pending_stops: HashSet<String>,
-    /// (deadline, unit, stop job): SIGKILL the unit if its stop job is still running then.
-    kill_at: Vec<(Instant, String, String)>,
+    /// SIGKILL the unit if its stop job is still running at the deadline.
+    kill_at: Vec<KillAt>,
     /// Removed pods whose directories go once no stop job is left.
     pending_cleanups: Vec<(crate::generate::output::PodKey, String)>,
     /// Start jobs of the cleanup units that run, and the pod (`namespace/name`) each is for: its
     /// entry in the record's `removed` goes once the job is done.
-    cleanup_jobs: HashMap<String, String>,
+    cleanup_jobs: HashMap<String, CleanupJob>,
     /// Slices of removed pods: stopped last, after their pods' cleanup has been queued, so a
     /// removed pod's units are all gone only once its files are.
     pending_slices: Vec<String>,
@@ -216,8 +244,16 @@ impl Syncer {
                     match self.client.stop(unit) {
                         Ok(job) => {
                             let job = job.as_str().to_string();
-                            if let Some(at) = at {
-                                self.kill_at.push((at, unit.clone(), job.clone()));
+                            // A stop already under way answers with its job: one deadline per job.
+                            if let Some(at) = at
+                                && !self.kill_at.iter().any(|k| k.job == job)
+                            {
+                                self.kill_at.push(KillAt {
+                                    at,
+                                    unit: unit.clone(),
+                                    job: job.clone(),
+                                    again: false,
+                                });
                             }
                             self.pending_stops.insert(job);
                             sum.stopped += 1;
@@ -242,7 +278,7 @@ impl Syncer {
                 Action::Cleanup { pod, uid } => {
                     // One that runs already reports back through its job.
                     let key = pod.to_string();
-                    if !self.cleanup_jobs.values().any(|k| *k == key) {
+                    if !self.cleanup_jobs.values().any(|j| j.pod == key) {
                         self.pending_cleanups.push((pod.clone(), uid.clone()));
                     }
                     Ok(())
@@ -346,11 +382,13 @@ impl Syncer {
 
     /// A cleanup unit's job ended: on success the pod's directories are gone, and so is its
     /// entry in the record; otherwise the next reconcile (or restart) tries again.
-    fn cleanup_done(&mut self, key: &str, result: &str) {
+    fn cleanup_done(&mut self, done: &CleanupJob, result: &str) {
+        let key = &done.pod;
         if result != "done" {
             log(&format!(
-                "pod {key}: removing its directories ended with {result:?}; retried at the next \
-                 reconcile"
+                "pod {key}: removing its directories ended with {result:?} (journalctl -u {}); \
+                 retried at the next reconcile",
+                done.unit
             ));
             return;
         }
@@ -396,8 +434,10 @@ impl Syncer {
             {
                 Ok(job) => {
                     log(&format!("pod {pod} removed: deleting {}", dirs.join(" ")));
+                    let unit = name.clone();
+                    let pod = pod.to_string();
                     self.cleanup_jobs
-                        .insert(job.as_str().to_string(), pod.to_string());
+                        .insert(job.as_str().to_string(), CleanupJob { pod, unit });
                 }
                 // One from before (a restart of podunit-sync) still runs; the next reconcile
                 // sees whether it left anything to do.
@@ -410,7 +450,7 @@ impl Syncer {
     /// When the next grace period ends, if any stop is still running.
     pub fn next_deadline(&self) -> Option<Instant> {
         let pulls = self.images.as_ref().and_then(|i| i.next_deadline());
-        self.kill_at.iter().map(|(at, _, _)| *at).chain(pulls).min()
+        self.kill_at.iter().map(|k| k.at).chain(pulls).min()
     }
 
     /// After a reconcile: the pods the generator left waiting for images, and their pulls.
@@ -428,6 +468,7 @@ impl Syncer {
                 let dir = &self.opts.generator_dir;
                 images.set_running(images::running_images(dir, &pods, &spool))
             }
+            Err(e) if e.is_reload_under_way() => {}
             Err(e) => warn(&format!("{e}")),
         }
         images.pass();
@@ -458,25 +499,46 @@ impl Syncer {
         let now = Instant::now();
         let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.kill_at)
             .into_iter()
-            .partition(|(at, _, _)| *at <= now);
+            .partition(|k| k.at <= now);
         self.kill_at = later;
-        for (_, unit, job) in due {
-            if self.pending_stops.contains(&job) {
-                log(&format!("{unit}: grace period over, SIGKILL"));
-                if let Err(e) = self.client.kill(&unit, 9) {
-                    log(&format!("{e}"));
-                }
+        for k in due {
+            if !self.pending_stops.contains(&k.job) {
+                continue;
+            }
+            if !k.again {
+                log(&format!("{}: grace period over, SIGKILL", k.unit));
+            }
+            let Err(e) = self.client.kill(&k.unit, 9) else {
+                continue;
+            };
+            // systemd 252 answers EIO when the unit's cgroup is emptying as it is signalled:
+            // moot once the unit is down; otherwise said, and tried once more.
+            let down = self
+                .client
+                .unit_state(&k.unit)
+                .is_ok_and(|u| u.active_state != "deactivating");
+            if down || e.is_no_such_unit() {
+                continue;
+            }
+            if k.again {
+                log(&format!("{e}"));
+            } else {
+                self.kill_at.push(KillAt {
+                    at: now + KILL_AGAIN,
+                    again: true,
+                    ..k
+                });
             }
         }
     }
 
     /// A job ended. When it was the last of our stop jobs, reset what failed while stopping.
     pub fn job_removed(&mut self, job: &str, result: &str) -> Result<(), Error> {
-        if let Some(key) = self.cleanup_jobs.remove(job) {
-            self.cleanup_done(&key, result);
+        if let Some(done) = self.cleanup_jobs.remove(job) {
+            self.cleanup_done(&done, result);
             return Ok(());
         }
-        self.kill_at.retain(|(_, _, j)| j != job);
+        self.kill_at.retain(|k| k.job != job);
         if !self.pending_stops.remove(job) || !self.pending_stops.is_empty() {
             return Ok(());
         }
@@ -627,7 +689,11 @@ pub fn run(syncer: &mut Syncer, rx: mpsc::Receiver<Msg>) -> Result<i32, Error> {
                 Msg::Bus(Ok(Event::JobRemoved {
                     job, unit, result, ..
                 })) => {
-                    syncer.job_removed(&job, &result)?;
+                    // The reconcile after the reload under way resets what is left.
+                    match syncer.job_removed(&job, &result) {
+                        Err(e) if !e.is_reload_under_way() => log(&format!("{e}")),
+                        _ => {}
+                    }
                     syncer.job_of_unit_done(&unit, &result);
                 }
                 Msg::Bus(Ok(_)) => {}
@@ -682,6 +748,8 @@ pub fn run(syncer: &mut Syncer, rx: mpsc::Receiver<Msg>) -> Result<i32, Error> {
                     let _ = systemd::notify::notify(&format!("STATUS=Reconciled: {sum}"));
                     syncer.pull_waiting_images();
                 }
+                // Another reload began: the reconcile after it reads the whole tree.
+                Err(e) if e.is_reload_under_way() => {}
                 Err(e) => {
                     log(&format!("reconcile failed: {e}"));
                     let _ = systemd::notify::notify(&format!("STATUS=Reconcile failed: {e}"));

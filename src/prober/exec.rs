@@ -92,11 +92,12 @@ pub fn run_raw(
         unit,
         "--timeout",
         &secs,
+        "--hex",
         "--",
     ]
     .map(String::from)
     .to_vec();
-    cmd.extend(argv.iter().cloned());
+    cmd.extend(crate::common::argv_hex::encode(argv));
     let name = format!(
         "podunit-probe-{}-{}.service",
         std::process::id(),

@@ -244,6 +244,8 @@ impl Runner {
     fn rescan(&mut self) {
         let pods = match output::scan(&self.generator_dir) {
             Ok(p) => p,
+            // Probes keep running as they are; the reload's end rescans.
+            Err(e) if e.is_reload_under_way() => return,
             Err(e) => return log(&format!("probes: {e}")),
         };
         let mut next: HashMap<String, Tracked> = HashMap::new();

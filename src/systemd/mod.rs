@@ -267,9 +267,17 @@ impl Client {
             ("Description", Value::from(description)),
             ("Type", Value::from("oneshot")),
             ("CollectMode", Value::from("inactive-or-failed")),
-            ("ExecStartEx", props::exec_start_ex(argv)),
+            ("ExecStart", Self::exec_start(name, argv)?),
         ];
         self.start_transient(name, props)
+    }
+
+    /// [`props::exec_start`], its refusal an error of the `StartTransientUnit` call.
+    fn exec_start(name: &str, argv: &[String]) -> Result<zbus::zvariant::Value<'static>, Error> {
+        props::exec_start(argv).map_err(|e| Error {
+            what: format!("StartTransientUnit {name}"),
+            source: Box::new(zbus::Error::Failure(e)),
+        })
     }
 
     /// `StartTransientUnit(name, "replace", props, [])`: its start job.
@@ -301,7 +309,7 @@ impl Client {
             ("Description", Value::from(description)),
             ("Type", Value::from("oneshot")),
             ("CollectMode", Value::from("inactive-or-failed")),
-            ("ExecStartEx", props::exec_start_ex(argv)),
+            ("ExecStart", Self::exec_start(name, argv)?),
             ("StandardInputFileDescriptor", Value::Fd(Fd::from(i))),
             ("StandardOutputFileDescriptor", Value::Fd(Fd::from(o))),
             ("StandardErrorFileDescriptor", Value::Fd(Fd::from(e))),
@@ -331,7 +339,7 @@ impl Client {
             ("Description", Value::from(description)),
             ("Type", Value::from("simple")),
             ("CollectMode", Value::from("inactive-or-failed")),
-            ("ExecStartEx", props::exec_start_ex(argv)),
+            ("ExecStart", Self::exec_start(name, argv)?),
             ("StandardInputFileDescriptor", Value::Fd(Fd::from(stdin))),
             // Not the socket, which is the default with an fd for stdin.
             ("StandardOutput", Value::from("journal")),

@@ -133,18 +133,20 @@ fn exec_command(m: &HashMap<String, OwnedValue>, k: &str) -> (String, Vec<String
     (path, argv)
 }
 
-/// The `ExecStartEx` property (`a(sasas)`) of a transient unit that runs `argv` exactly.
-/// systemd expands `$$`, `${VAR}` and an argument that is a lone `$VAR` in every `Exec*=`
-/// command when it executes it, `ExecStart` set over D-Bus included; `no-env-expand` (a unit
-/// file's `:` prefix) turns that off, so no argument can collapse, vanish or pick up the
-/// manager's environment.
-pub fn exec_start_ex(argv: &[String]) -> Value<'static> {
+/// The `ExecStart` property (`a(sasb)`) of a transient unit that runs `argv`, or the first
+/// argument systemd would not read back unchanged from the unit's file at a daemon-reload (see
+/// [`crate::common::argv_hex`], which callers encode untrusted arguments with).
+pub fn exec_start(argv: &[String]) -> Result<Value<'static>, String> {
+    if let Some(bad) = argv
+        .iter()
+        .find(|a| !crate::common::argv_hex::survives_unit_file(a))
+    {
+        return Err(format!(
+            "argument {bad:?} would not survive a daemon-reload (hex-encode it)"
+        ));
+    }
     let path = argv.first().cloned().unwrap_or_default();
-    Value::from(vec![(
-        path,
-        argv.to_vec(),
-        vec!["no-env-expand".to_string()],
-    )])
+    Ok(Value::from(vec![(path, argv.to_vec(), false)]))
 }
 
 fn hex_bytes(m: &HashMap<String, OwnedValue>, k: &str) -> String {
@@ -214,17 +216,18 @@ mod tests {
         ]
         .map(String::from)
         .to_vec();
-        let v = exec_start_ex(&argv);
-        assert_eq!(v.value_signature().to_string(), "a(sasas)");
-        let got: Vec<(String, Vec<String>, Vec<String>)> = ov(v).try_into().unwrap();
-        assert_eq!(
-            got,
-            [(
-                "printf".to_string(),
-                argv,
-                vec!["no-env-expand".to_string()]
-            )]
-        );
+        // Refused as they are: systemd would change them when it reads the unit file back.
+        assert!(exec_start(&argv).is_err());
+        for a in &argv[1..] {
+            assert!(exec_start(&["printf".into(), a.clone()]).is_err(), "{a:?}");
+        }
+        // Encoded, they pass unchanged and unexpanded.
+        let mut encoded = vec!["printf".to_string()];
+        encoded.extend(crate::common::argv_hex::encode(&argv));
+        let v = exec_start(&encoded).unwrap();
+        assert_eq!(v.value_signature().to_string(), "a(sasb)");
+        let got: Vec<(String, Vec<String>, bool)> = ov(v).try_into().unwrap();
+        assert_eq!(got, [("printf".to_string(), encoded, false)]);
     }
 
     #[test]
