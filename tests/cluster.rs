@@ -86,7 +86,7 @@ impl FakeUnits {
             let unit = podunit::translate::naming::pod_service(&pod.plan.namespace, &pod.plan.name);
             if starting.get(&unit) == Some(&pod.plan.uid)
                 && let Err(e) =
-                    podunit::podstart::prepare::prepare(&pod.plan, paths, &catalog, "127.0.0.1")
+                    podunit::podstart::prepare::prepare(&pod.plan, paths, &catalog, &node_net())
             {
                 eprintln!("pod-prepare {unit}: {e}");
             }
@@ -1512,4 +1512,12 @@ fn container_events_are_posted_as_the_kubelet_posts_them() {
         1,
         "one event per run, not per status post"
     );
+}
+
+/// The node's address as pod-prepare is given it, on the host network.
+fn node_net() -> podunit::podstart::prepare::NodeNet {
+    podunit::podstart::prepare::NodeNet {
+        node_ip: "127.0.0.1".into(),
+        cni: Default::default(),
+    }
 }

@@ -34,6 +34,7 @@ const SUITES: &[&str] = &[
     "kubelet_e2e",
     "packaging_e2e",
     "fields_e2e",
+    "network_pods_e2e",
 ];
 
 /// Whether `tests/SUITE.rs` has `#[test] fn NAME(`; None when there is no such file.

@@ -218,6 +218,7 @@ impl Worker {
                         }
                     };
                     let mut obs = observe::observe(&pod, &props);
+                    obs.pod_ips = recorded_pod_ips(&self.cfg.paths, &pod);
                     crate::agent::probes::overlay_api_pod(&pod, &mut obs, &self.probes.results);
                     let mut st = api::build(&pod, &obs, &addrs, posted.as_ref(), now());
                     // The digest each image resolved to, as containerd reports it.
@@ -250,4 +251,21 @@ impl Worker {
         }
         self.post_mirror_statuses(&addrs, &due);
     }
+}
+
+/// The IPs `pod-prepare` recorded when CNI attached the pod; none on the host network.
+fn recorded_pod_ips(
+    paths: &crate::common::paths::Paths,
+    pod: &k8s_openapi::api::core::v1::Pod,
+) -> Vec<String> {
+    let Some(uid) = pod
+        .metadata
+        .uid
+        .as_deref()
+        .filter(|u| !u.is_empty() && !u.contains('/'))
+    else {
+        return Vec::new();
+    };
+    let dir = crate::common::text::concat(&[crate::common::paths::Paths::RUNTIME, "/", uid]);
+    crate::podstart::network::recorded_ips(paths, &dir).unwrap_or_default()
 }

@@ -77,6 +77,10 @@ pub enum Command {
     /// Remove a pod's runtime files (run by the pod's unit).
     #[command(hide = true)]
     PodCleanup(prepare::Args),
+    /// Detach a removed pod from the network and delete its directories (run by podunit-sync as
+    /// a transient unit: a removed pod's unit stops without its commands).
+    #[command(hide = true)]
+    PodForget(prepare::ForgetArgs),
     /// Run an exec probe's command inside a container (run by podunit-sync as a transient unit).
     #[command(hide = true)]
     ProbeExec(probe::Args),
@@ -126,6 +130,7 @@ pub fn main() -> ExitCode {
         Command::PodPrepare(a) => prepare::prepare(a),
         Command::PodRefresh(a) => prepare::refresh(a),
         Command::PodCleanup(a) => prepare::cleanup(a),
+        Command::PodForget(a) => prepare::forget(a),
         Command::Subpath(a) => prepare::subpath(a),
         Command::PidInit(a) => crate::pidinit::run(a),
         Command::PodPause => crate::pidinit::pause(),

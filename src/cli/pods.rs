@@ -59,6 +59,14 @@ pub fn pod_status(
         .as_deref()
         .and_then(|s| status::pod::source_of(s, paths));
     let mut obs = status::pod::observe(pod, &units);
+    if let Some(uid) = pod
+        .uid
+        .as_deref()
+        .filter(|u| !u.is_empty() && !u.contains('/'))
+    {
+        let dir = crate::common::text::concat(&[Paths::RUNTIME, "/", uid]);
+        obs.pod_ips = crate::podstart::network::recorded_ips(paths, &dir).unwrap_or_default();
+    }
     if let Some(pod_unit) = &pod.pod_unit {
         let gen_dir = paths.host(output::GENERATOR_DIR);
         let planned = probes::plan_probes(&gen_dir, pod_unit);

@@ -20,6 +20,14 @@ fn read_plan(args: &Args, paths: &Paths) -> Result<PodPlan, String> {
     serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
 }
 
+/// The node configuration's `cni:` section (its defaults when the file cannot be read: the
+/// generator has said why already).
+fn cni_config(paths: &Paths) -> crate::common::config::Cni {
+    crate::common::config::Config::load(&paths.config_file())
+        .map(|l| l.config.cni)
+        .unwrap_or_default()
+}
+
 /// The plan and the paths, or the failure `command` reports.
 fn load(args: &Args, command: &str) -> Result<(PodPlan, Paths), ExitCode> {
     let paths = Paths::from_env();
@@ -39,7 +47,13 @@ pub fn prepare(args: Args) -> ExitCode {
     };
     // ConfigMaps and Secrets are read now, so a pod starts with their current content.
     let catalog = Catalog::load(&paths);
-    let result = prepare::prepare(&plan, &paths, &catalog, &prepare::node_ip());
+    let node = prepare::NodeNet {
+        // Asked in the host's network namespace: the pod unit may be in its own.
+        node_ip: crate::podstart::network::in_host_namespace(prepare::node_ip)
+            .unwrap_or_else(|_| prepare::node_ip()),
+        cni: cni_config(&paths),
+    };
+    let result = prepare::prepare(&plan, &paths, &catalog, &node);
     // What `podunit status` shows while the pod cannot start (and no longer once it can).
     let recorded = match &result {
         Ok(()) => waiting::clear(&paths, &plan.uid, Some(waiting::Writer::Prepare)),
@@ -115,7 +129,7 @@ pub fn cleanup(args: Args) -> ExitCode {
         Ok(x) => x,
         Err(code) => return code,
     };
-    match prepare::cleanup(&plan, &paths) {
+    match prepare::cleanup(&plan, &paths, &cni_config(&paths)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!(
@@ -124,6 +138,45 @@ pub fn cleanup(args: Args) -> ExitCode {
             );
             ExitCode::FAILURE
         }
+    }
+}
+
+#[derive(clap::Args, Debug)]
+pub struct ForgetArgs {
+    /// The removed pod's UID.
+    pub uid: String,
+    /// Its directories, deleted with `rm -rf --one-file-system` (which never crosses a mount).
+    #[arg(last = true)]
+    pub dirs: Vec<PathBuf>,
+}
+
+/// `pod-forget UID -- DIR...`: the removed pod's network attachment undone (its address, host
+/// port rules and pinned namespace), then its directories deleted. Fails if either fails, and
+/// podunit-sync runs it again at its next reconcile.
+pub fn forget(args: ForgetArgs) -> ExitCode {
+    let paths = Paths::from_env();
+    let uid_ok = !args.uid.is_empty()
+        && args
+            .uid
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-');
+    if !uid_ok {
+        eprintln!("podunit pod-forget: refusing odd uid {:?}", args.uid);
+        return ExitCode::from(super::EXIT_USAGE);
+    }
+    let detached = crate::podstart::network::detach(&args.uid, &cni_config(&paths), &paths);
+    if let Err(e) = &detached {
+        eprintln!("podunit pod-forget: pod {}: {e}", args.uid);
+    }
+    let removed = std::process::Command::new("/bin/rm")
+        .args(["-rf", "--one-file-system", "--"])
+        .args(&args.dirs)
+        .status()
+        .is_ok_and(|s| s.success());
+    if detached.is_ok() && removed {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
     }
 }
 

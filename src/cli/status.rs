@@ -13,6 +13,8 @@ use std::process::ExitCode;
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
     Text,
+    /// As text, with each pod's IP (kubectl's `-o wide`).
+    Wide,
     Json,
 }
 
@@ -160,22 +162,30 @@ pub fn table(rows: &[Vec<String>]) -> String {
     out
 }
 
-/// One `kubectl get pods`-style line per pod.
-pub fn pods_table(pods: &[PodStatus], now: u64) -> String {
-    let mut rows = vec![
-        [
-            "NAMESPACE",
-            "NAME",
-            "READY",
-            "STATUS",
-            "RESTARTS",
-            "AGE",
-            "SOURCE",
-        ]
-        .map(String::from)
-        .to_vec(),
-    ];
+/// One `kubectl get pods`-style line per pod; `wide` adds the IP column (the node's IP for a
+/// pod on the host network, `<none>` for one without an address, as kubectl shows them).
+pub fn pods_table(pods: &[PodStatus], now: u64, wide: bool, node_ip: &str) -> String {
+    let mut header = [
+        "NAMESPACE",
+        "NAME",
+        "READY",
+        "STATUS",
+        "RESTARTS",
+        "AGE",
+        "SOURCE",
+    ]
+    .map(String::from)
+    .to_vec();
+    if wide {
+        header.push("IP".into());
+    }
+    let mut rows = vec![header];
     for p in pods {
+        let ip = || match p.pod_ips.first() {
+            Some(ip) => ip.clone(),
+            None if p.pod_unit_state.starts_with("active/") => node_ip.to_string(),
+            None => "<none>".into(),
+        };
         // A refused pod's name may be anything: one line per pod, whatever it holds.
         rows.push(vec![
             crate::generate::report::one_line(&p.namespace),
@@ -188,6 +198,9 @@ pub fn pods_table(pods: &[PodStatus], now: u64) -> String {
                 .map(|s| s.as_str().to_string())
                 .unwrap_or("-".into()),
         ]);
+        if wide {
+            rows.last_mut().expect("pushed").push(ip());
+        }
     }
     table(&rows)
 }
@@ -285,6 +298,11 @@ pub fn pod_header(p: &PodStatus, source_path: Option<&str>, now: u64) -> String 
         .as_deref()
         .map(|m| format!("Message:     {}\n", crate::generate::report::one_line(m)))
         .unwrap_or_default()
+        + &if p.pod_ips.is_empty() {
+            String::new()
+        } else {
+            format!("IPs:         {}\n", p.pod_ips.join(", "))
+        }
 }
 
 pub fn run(args: Args) -> ExitCode {
@@ -326,7 +344,7 @@ fn run_inner(args: &Args) -> Result<(), String> {
                         errln!("{n}");
                     }
                 }
-                Format::Text => {
+                Format::Text | Format::Wide => {
                     let mut notes = knownpods::notes(
                         &statuses,
                         known.report.as_ref(),
@@ -336,7 +354,13 @@ fn run_inner(args: &Args) -> Result<(), String> {
                     if statuses.is_empty() {
                         errln!("No pods found.");
                     } else {
-                        out!("{}", pods_table(&statuses, now));
+                        let wide = args.output == Format::Wide;
+                        let node_ip = if wide {
+                            crate::podstart::prepare::node_ip()
+                        } else {
+                            String::new()
+                        };
+                        out!("{}", pods_table(&statuses, now, wide, &node_ip));
                     }
                     if !notes.is_empty() {
                         if !statuses.is_empty() {

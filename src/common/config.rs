@@ -32,7 +32,10 @@ pub struct Config {
     pub policy: Policy,
     /// `host` (default): pods share the host's network. `private`: each pod gets a network
     /// namespace of its own with only loopback, shared by its containers (hostNetwork pods excepted).
+    /// `cni`: that namespace is attached to the network by the CNI plugins (docs/networking.md).
     pub network: Network,
+    /// Where `network: cni` finds its configuration, plugins and ADD results.
+    pub cni: Cni,
     /// systemd 254 or newer: restart delays grow like CrashLoopBackOff (`RestartSteps=`,
     /// `RestartMaxDelaySec=`). systemd 252 knows only a fixed `RestartSec=`.
     pub restart_backoff_steps: bool,
@@ -85,6 +88,29 @@ pub enum Network {
     #[default]
     Host,
     Private,
+    Cni,
+}
+
+/// The CNI configuration, as containerd's `conf_dir`/`bin_dir` name it.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Cni {
+    /// The first `.conflist`, `.conf` or `.json` in lexical order is the pods' network.
+    pub conf_dir: PathBuf,
+    /// Searched in order for plugin binaries.
+    pub bin_dirs: Vec<PathBuf>,
+    /// ADD results, kept for DEL and CHECK.
+    pub cache_dir: PathBuf,
+}
+
+impl Default for Cni {
+    fn default() -> Self {
+        Cni {
+            conf_dir: PathBuf::from("/etc/cni/net.d"),
+            bin_dirs: ["/opt/cni/bin", "/usr/lib/cni"].map(PathBuf::from).to_vec(),
+            cache_dir: PathBuf::from("/var/lib/podunit/cni"),
+        }
+    }
 }
 
 /// Periods of the node agent, in seconds. The defaults are the kubelet's.
@@ -317,6 +343,7 @@ mod tests {
         };
         check("", &doc, fields_of::<Config>());
         check("cluster.", &doc["cluster"], fields_of::<ClusterTiming>());
+        check("cni.", &doc["cni"], fields_of::<Cni>());
         check("policy.", &doc["policy"], fields_of::<Policy>());
         check(
             "registries.",

@@ -55,6 +55,8 @@ impl Paths {
     /// outside the root-only `/run/podunit`: containers open it as their own users (joining it
     /// takes `CAP_SYS_ADMIN`, which only `pid-init` has).
     pub const PID_NAMESPACES: &'static str = "/run/podunit-pidns";
+    /// Pinned network namespaces (`network: cni`), as `ip netns` keeps them: `podunit-<uid>`.
+    pub const NETNS: &'static str = "/run/netns";
     /// Service account tokens podunit-sync requested, by pod UID: kept apart from the pod's
     /// runtime directory, which `pod-cleanup` empties whenever the pod stops.
     pub const TOKENS: &'static str = "/run/podunit/tokens";

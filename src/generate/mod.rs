@@ -362,7 +362,9 @@ pub fn node_setup_with_policy(
     if let Some(n) = config.node_name.as_deref().filter(|n| !n.is_empty()) {
         node.node_name = n.to_string();
     }
-    node.private_network = config.network == crate::common::config::Network::Private;
+    use crate::common::config::Network;
+    node.private_network = matches!(config.network, Network::Private | Network::Cni);
+    node.cni_network = config.network == Network::Cni;
     node.restart_steps = config.restart_backoff_steps;
     node.podunit_bin = podunit_bin(paths);
     node.labels =

@@ -420,9 +420,9 @@ impl Syncer {
                 format!("{}/{uid}", Paths::STATE),
                 format!("{}/{uid}.json", crate::status::waiting::DIR),
             ];
-            let mut argv: Vec<String> = ["/bin/rm", "-rf", "--one-file-system", "--"]
-                .map(String::from)
-                .to_vec();
+            // The pod's network attachment goes first (its unit stopped without its commands).
+            let bin = crate::generate::podunit_bin(&self.opts.paths);
+            let mut argv: Vec<String> = vec![bin, "pod-forget".into(), uid.clone(), "--".into()];
             argv.extend(
                 dirs.iter()
                     .map(|d| self.opts.paths.host(d).to_string_lossy().into_owned()),

@@ -6,6 +6,7 @@
 
 pub mod atomicdir;
 pub mod etcfiles;
+pub mod network;
 pub mod prepare;
 pub mod root;
 pub mod subpath;

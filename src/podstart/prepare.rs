@@ -41,6 +41,8 @@ pub enum PrepareError {
     },
     /// A container's root could not be mounted from its image.
     Root(crate::podstart::root::RootError),
+    /// The pod's network could not be set up (the kubelet's FailedCreatePodSandBox).
+    Network(crate::podstart::network::NetworkError),
 }
 
 impl fmt::Display for PrepareError {
@@ -56,6 +58,7 @@ impl fmt::Display for PrepareError {
             }
             PrepareError::Escapes { path } => write!(f, "{path:?} leaves its volume"),
             PrepareError::Root(e) => write!(f, "{e}"),
+            PrepareError::Network(e) => write!(f, "{e}"),
         }
     }
 }
@@ -124,12 +127,20 @@ fn kind(secret: bool) -> &'static str {
     if secret { "Secret" } else { "ConfigMap" }
 }
 
-/// Prepares the pod described by `plan`. `node_ip` fills status.hostIP / status.podIP.
+/// What the node gives a starting pod: its address (status.hostIP, and status.podIP on the host
+/// network) and, on `network: cni`, where the CNI configuration is.
+#[derive(Debug, Clone)]
+pub struct NodeNet {
+    pub node_ip: String,
+    pub cni: crate::common::config::Cni,
+}
+
+/// Prepares the pod described by `plan`.
 pub fn prepare(
     plan: &PodPlan,
     paths: &Paths,
     catalog: &Catalog,
-    node_ip: &str,
+    node: &NodeNet,
 ) -> Result<(), PrepareError> {
     check_dirs(plan)?;
     if paths.root == Path::new("/") {
@@ -141,6 +152,19 @@ pub fn prepare(
     let runtime = paths.host(&plan.runtime_dir);
     mkdir(&state, 0o700)?;
     mkdir(&runtime, 0o700)?;
+    // First: a pod whose network cannot be set up starts nothing (the kubelet's sandbox).
+    let pod_ips: Vec<String> = match &plan.network {
+        Some(n) => crate::podstart::network::attach(plan, n, &node.cni, paths)
+            .map_err(PrepareError::Network)?
+            .iter()
+            .map(|ip| ip.to_string())
+            .collect(),
+        None => vec![node.node_ip.clone()],
+    };
+    let ips = Ips {
+        node: &node.node_ip,
+        pod: &pod_ips,
+    };
     ensure_ids(plan, paths)?;
     for v in &plan.volumes {
         prepare_volume(plan, paths, catalog, v)?;
@@ -149,12 +173,12 @@ pub fn prepare(
         mkdir(&runtime.join("env"), 0o700)?;
     }
     for f in &plan.env_files {
-        let text = env_file(plan, catalog, f, node_ip)?;
+        let text = env_file(plan, catalog, f, &ips)?;
         let opts = atomicfile::Options::new(0o600).owner(0, 0);
         atomicfile::write(&paths.host(&f.path), text.as_bytes(), opts)?;
     }
     if let Some(etc) = &plan.etc {
-        write_etc_files(plan, paths, etc, node_ip)?;
+        write_etc_files(plan, paths, etc, &pod_ips[0])?;
     }
     // It moves this process into the service manager's mount namespace.
     crate::podstart::root::mount_all(plan, paths).map_err(PrepareError::Root)?;
@@ -176,12 +200,12 @@ fn write_etc_files(
     plan: &PodPlan,
     paths: &Paths,
     etc: &crate::translate::plan::EtcPlan,
-    node_ip: &str,
+    pod_ip: &str,
 ) -> Result<(), PrepareError> {
     use crate::podstart::etcfiles;
     let read = |p: &str| fs::read_to_string(paths.host(p)).unwrap_or_default();
     let files = [
-        ("hosts", etcfiles::hosts(etc, node_ip, &read("/etc/hosts"))),
+        ("hosts", etcfiles::hosts(etc, pod_ip, &read("/etc/hosts"))),
         ("hostname", etcfiles::hostname(etc)),
         ("resolv.conf", read("/etc/resolv.conf")),
     ];
@@ -266,8 +290,23 @@ fn write_record(
 
 /// Removes the pod's runtime files (secrets and env files). Persistent state stays until the pod is
 /// deleted, as the kubelet keeps emptyDir across container restarts and reboots.
-pub fn cleanup(plan: &PodPlan, paths: &Paths) -> Result<(), PrepareError> {
+pub fn cleanup(
+    plan: &PodPlan,
+    paths: &Paths,
+    cni: &crate::common::config::Cni,
+) -> Result<(), PrepareError> {
     check_dirs(plan)?;
+    if plan.network.is_some() && paths.root == Path::new("/") {
+        // The namespace is pinned in the service manager's mount namespace.
+        crate::podstart::root::enter_manager_namespace().map_err(PrepareError::Root)?;
+    }
+    // Whatever else fails: the address and the host port rules must not outlive the pod.
+    let detached = match plan.network {
+        Some(_) => {
+            crate::podstart::network::detach(&plan.uid, cni, paths).map_err(PrepareError::Network)
+        }
+        None => Ok(()),
+    };
     if plan.share_process_namespace {
         // Bound in the service manager's mount namespace, and unbound there.
         if paths.root == Path::new("/") {
@@ -278,8 +317,8 @@ pub fn cleanup(plan: &PodPlan, paths: &Paths) -> Result<(), PrepareError> {
     crate::podstart::root::release_all(plan, paths);
     let runtime = paths.host(&plan.runtime_dir);
     match fs::remove_dir_all(&runtime) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Ok(()) => detached,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => detached,
         Err(e) => Err(PrepareError::Io {
             path: runtime,
             error: e,
@@ -559,12 +598,19 @@ fn collect_source(
     }
 }
 
+/// The node's and the pod's addresses, for the downward API and /etc/hosts.
+struct Ips<'a> {
+    node: &'a str,
+    /// At least one: the node's on the host network.
+    pod: &'a [String],
+}
+
 /// The text of one env file: Kubernetes order (later wins), `$(VAR)` expanded over what came before.
 fn env_file(
     plan: &PodPlan,
     catalog: &Catalog,
     f: &EnvFilePlan,
-    node_ip: &str,
+    ips: &Ips<'_>,
 ) -> Result<String, PrepareError> {
     let mut vars: Vec<(String, String)> = Vec::new();
     let set = |vars: &mut Vec<(String, String)>, k: String, v: String| {
@@ -574,7 +620,15 @@ fn env_file(
     for e in &f.entries {
         match e {
             EnvEntry::Value { name, value } => set(&mut vars, name.clone(), value.clone()),
-            EnvEntry::HostIp { name } => set(&mut vars, name.clone(), node_ip.to_string()),
+            EnvEntry::HostIp { name } => set(&mut vars, name.clone(), ips.node.to_string()),
+            EnvEntry::PodIp { name, all } => {
+                let v = if *all {
+                    ips.pod.join(",")
+                } else {
+                    ips.pod.first().cloned().unwrap_or_default()
+                };
+                set(&mut vars, name.clone(), v)
+            }
             EnvEntry::Template { name, template } => {
                 let map: BTreeMap<&str, &str> =
                     vars.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();

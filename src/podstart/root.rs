@@ -287,6 +287,7 @@ mod tests {
             }],
             etc: None,
             pull_secrets: vec![],
+            network: None,
         }
     }
 

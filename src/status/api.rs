@@ -285,14 +285,23 @@ pub fn build(
         .and_then(|p| p.start_time.clone())
         .or_else(|| time_us(obs.start_us));
     let ips = node.per_family();
+    let pod_ips = if obs.pod_ips.is_empty() {
+        ips.clone()
+    } else {
+        NodeAddrs {
+            ips: obs.pod_ips.clone(),
+        }
+        .per_family()
+    };
     PodStatus {
         phase: Some(obs.phase.as_str().to_string()),
         conditions: Some(conditions),
         host_ip: ips.first().cloned(),
         host_ips: (!ips.is_empty())
             .then(|| ips.iter().map(|ip| HostIP { ip: ip.clone() }).collect()),
-        pod_ip: ips.first().cloned(),
-        pod_ips: (!ips.is_empty()).then(|| ips.iter().map(|ip| PodIP { ip: ip.clone() }).collect()),
+        pod_ip: pod_ips.first().cloned(),
+        pod_ips: (!pod_ips.is_empty())
+            .then(|| pod_ips.iter().map(|ip| PodIP { ip: ip.clone() }).collect()),
         start_time,
         qos_class: Some(qos_class(pod).to_string()),
         init_container_statuses: (!init.is_empty()).then_some(init),
@@ -449,6 +458,7 @@ mod tests {
 
     fn running() -> Observed {
         Observed {
+            pod_ips: Vec::new(),
             phase: Phase::Running,
             pod_ready_to_start: true,
             initialized: true,
@@ -655,6 +665,7 @@ mod tests {
     #[test]
     fn pending_with_init_running() {
         let o = Observed {
+            pod_ips: Vec::new(),
             phase: Phase::Pending,
             pod_ready_to_start: true,
             initialized: false,

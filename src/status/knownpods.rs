@@ -44,6 +44,7 @@ pub fn refused(r: &RefusedPod, source: Option<Source>) -> PodStatus {
         pod_unit_state: "not generated".into(),
         reason: Some(r.reason.clone()),
         message: Some(format!("{} ({})", r.message, check_hint(&r.file, r.errors))),
+        pod_ips: Vec::new(),
     }
 }
 
@@ -147,6 +148,7 @@ pub fn unspooled(rec: &Record) -> PodStatus {
         pod_unit_state: "not spooled".into(),
         reason: rec.refused.then(|| rec.reason.clone()),
         message: Some(rec.message.clone()),
+        pod_ips: Vec::new(),
     }
 }
 

@@ -91,6 +91,8 @@ pub struct Observed {
     /// Init containers (sidecars among them), then app containers, each in spec order.
     pub init_containers: Vec<ContainerStatus>,
     pub containers: Vec<ContainerStatus>,
+    /// The IPs CNI gave the pod (`network: cni`); none: the pod's IPs are the node's.
+    pub pod_ips: Vec<String>,
 }
 
 impl Observed {
@@ -154,6 +156,7 @@ pub fn observe(pod: PodUnit, containers: &[ContainerUnit]) -> Observed {
         start_us: phase::start_us(pod.active_enter_us, pod.exec_main_start_us),
         init_containers: init,
         containers: apps.into_iter().map(|(_, s)| s).collect(),
+        pod_ips: Vec::new(),
     }
 }
 

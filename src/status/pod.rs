@@ -51,6 +51,9 @@ pub struct PodStatus {
     /// What it waits for or why it was refused, in words (see [`crate::status::knownpods`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// The IPs CNI gave the pod (`network: cni`), IPv4 first; none on the host network.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub pod_ips: Vec<String>,
 }
 
 /// The status model of a local pod. `units` maps unit names to their states (missing = never
@@ -127,6 +130,7 @@ pub fn pod_status(
         pod_unit_state: format!("{}/{}", pu.active_state, pu.sub_state),
         reason: None,
         message,
+        pod_ips: obs.pod_ips,
     }
 }
 

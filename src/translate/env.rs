@@ -328,7 +328,14 @@ fn resolve_var(
                     EnvEntry::Value { name, value: v },
                 ))
             }
-            Some(false) => Ok((Binding::Runtime, EnvEntry::HostIp { name })),
+            Some(false) => Ok((
+                Binding::Runtime,
+                match f.field_path.as_str() {
+                    "status.podIP" => EnvEntry::PodIp { name, all: false },
+                    "status.podIPs" => EnvEntry::PodIp { name, all: true },
+                    _ => EnvEntry::HostIp { name },
+                },
+            )),
             None => Err(Fault::new(
                 format!("{path}.valueFrom.fieldRef.fieldPath"),
                 format!("{:?} is not a supported field", f.field_path),

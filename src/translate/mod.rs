@@ -6,6 +6,7 @@ pub mod env;
 pub mod image;
 pub mod imagerun;
 pub mod naming;
+pub mod network;
 pub mod plan;
 pub mod resources;
 pub mod security;
@@ -53,8 +54,10 @@ pub struct NodeFacts {
     /// Capacity, for `resourceFieldRef` of unset limits.
     pub cpu_millis: u64,
     pub memory_bytes: u64,
-    /// Give each pod a private, loopback-only network namespace (node config `network: private`).
+    /// Give each pod a private network namespace (node config `network: private`, and `cni`).
     pub private_network: bool,
+    /// Attach that namespace to the network by CNI (node config `network: cni`).
+    pub cni_network: bool,
     /// systemd is new enough (254+) for `RestartSteps=`/`RestartMaxDelaySec=`.
     pub restart_steps: bool,
     /// The `podunit` binary the pod unit runs for `pod-prepare`/`pod-cleanup`: where this
@@ -71,6 +74,7 @@ impl Default for NodeFacts {
             cpu_millis: 1000,
             memory_bytes: 1 << 30,
             private_network: false,
+            cni_network: false,
             restart_steps: false,
             podunit_bin: Paths::PODUNIT_BIN.to_string(),
             labels: crate::manifest::admission::host_node_labels("localhost", &Default::default()),
@@ -176,6 +180,12 @@ pub fn translate(
     // Volumes first: containers bind them.
     let vol_plans = volume_plans(&p, &mut errors);
     let mut plan = pod_plan(&p, vol_plans);
+    if node.cni_network {
+        match network::plan(&entry.pod, spec) {
+            Ok(n) => plan.network = n,
+            Err(f) => errors.push(fault(f)),
+        }
+    }
     let ctx = container::PodContext {
         entry,
         node,
@@ -294,6 +304,7 @@ fn pod_plan(p: &PodInput<'_>, vol_plans: Vec<plan::VolumePlan>) -> PodPlan {
         roots: Vec::new(),
         etc: None,
         pull_secrets: Vec::new(),
+        network: None,
     };
     (plan.users, plan.groups) = ids(&p.entry.pod);
     plan.probes = crate::probe::spec::pod_probes(spec);

@@ -55,6 +55,42 @@ pub struct PodPlan {
     /// makes at the starts of its `Always` containers.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pull_secrets: Vec<String>,
+    /// The pod's attachment by the CNI plugins (node config `network: cni`), made by
+    /// `pod-prepare` in the pod's network namespace and undone by `pod-cleanup`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<NetworkPlan>,
+}
+
+/// What the plugins are given besides the pod's identity (see [`crate::translate::network`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NetworkPlan {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub port_mappings: Vec<PortMappingPlan>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bandwidth: Option<BandwidthPlan>,
+}
+
+/// A container's `hostPort`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PortMappingPlan {
+    pub host_port: u16,
+    pub container_port: u16,
+    /// `TCP`, `UDP` or `SCTP`, as the pod spells it.
+    pub protocol: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub host_ip: String,
+}
+
+/// The pod's bandwidth annotations, in bits per second.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BandwidthPlan {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ingress_bps: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress_bps: Option<u64>,
 }
 
 /// One container's root: the image's layers under a writable layer of its own.
@@ -212,8 +248,15 @@ pub enum EnvEntry {
     },
     /// A value with `$(VAR)` references to runtime values, expanded at start.
     Template { name: String, template: String },
-    /// The node's IP (status.hostIP, status.podIP on the host network).
+    /// The node's IP (status.hostIP, status.hostIPs).
     HostIp { name: String },
+    /// The pod's IP (status.podIP), or all of them, comma-separated (status.podIPs): the node's
+    /// on the host network, the one CNI gave it on `network: cni`.
+    PodIp {
+        name: String,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        all: bool,
+    },
 }
 
 impl PodPlan {
