@@ -7,6 +7,8 @@
 mod support;
 
 // Further cases, one file each.
+#[path = "kubelet_e2e/cni_network.rs"]
+mod cni_network;
 #[path = "kubelet_e2e/exec_resize.rs"]
 mod exec_resize;
 #[path = "kubelet_e2e/node_logs.rs"]

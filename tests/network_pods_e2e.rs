@@ -1,7 +1,9 @@
 //! Pods as network citizens on a real systemd (`network: cni`): Debian's CNI plugins
 //! (bridge, host-local, portmap, loopback) give each pod a namespace and an address of its own, so
 //! two pods listen on one port; a hostPort reaches its pod; a pod reaches another by its IP; the
-//! downward API and `podunit status -o wide` carry the address; a removed pod's address and port
+//! downward API and `podunit status -o wide` carry the address; `/etc/resolv.conf`, `/etc/hosts`
+//! and `/etc/hostname` are the kubelet's, and a Service name resolves through the search list
+//! with dnsmasq as the cluster DNS; a removed pod's address and port
 //! rules go, and after a reboot the IPAM store holds exactly the live pods. All traffic stays in
 //! the test's machine (its own network namespace).
 //!
@@ -15,6 +17,8 @@ use support::pods::{SOON, ctr_unit, pod_unit, start_pods, start_sync, wait_state
 
 const NS: &str = "default";
 const SUBNET: &str = "10.88.7.";
+/// The cluster DNS (dnsmasq in the machine).
+const CLUSTER_DNS: &str = "10.99.0.10";
 /// The network's name in the conflist: host-local keeps its addresses under
 /// /var/lib/cni/networks/<name>.
 const NET: &str = "podunit-test";
@@ -108,12 +112,24 @@ fn ipam_leases(m: &Machine) -> Vec<String> {
 
 #[test]
 fn pods_get_addresses_of_their_own_ports_and_nothing_leaks() {
-    // The bridge driver: a container cannot load it itself.
-    let _ = std::process::Command::new("modprobe")
-        .arg("bridge")
-        .status();
     let mut m = Machine::boot("network-cni");
-    m.write("/etc/podunit/config.yaml", b"network: cni\n");
+    // A real DNS server as the cluster DNS, on an address of the machine's own.
+    m.write(
+        "/etc/podunit/config.yaml",
+        format!(
+            "network: cni\nclusterDNS: [{CLUSTER_DNS}]\nresolvConf: /etc/podunit/node-resolv.conf\n"
+        )
+        .as_bytes(),
+    );
+    m.write(
+        "/etc/podunit/node-resolv.conf",
+        b"nameserver 192.0.2.53\nsearch lab.example\noptions edns0\n",
+    );
+    m.sh_ok(&format!(
+        "ip addr add {CLUSTER_DNS}/32 dev lo && systemd-run --unit cluster-dns dnsmasq --keep-in-foreground --listen-address={CLUSTER_DNS} \
+         --bind-interfaces --no-resolv --no-hosts --user=nobody --pid-file= \
+         --host-record=my-svc.default.svc.cluster.local,10.1.2.3"
+    ));
     m.write("/etc/cni/net.d/10-podunit.conflist", conflist().as_bytes());
     // Two ordinary pods on one port: on the host network the second could not bind.
     m.write("/etc/pods.d/a.yaml", web("web-a", 18080).as_bytes());
@@ -148,11 +164,62 @@ fn pods_get_addresses_of_their_own_ports_and_nothing_leaks() {
         ask(&m, "podunit exec web-a -- ", &format!("{ip_b}:8080")),
         format!("web-b {ip_b} {ip_b}")
     );
+    // The name files as the kubelet writes them, and a Service name through the search list.
+    assert_eq!(
+        m.sh_ok("podunit exec web-a -- cat /etc/resolv.conf"),
+        format!(
+            "search default.svc.cluster.local svc.cluster.local cluster.local lab.example\n\
+             nameserver {CLUSTER_DNS}\noptions ndots:5\n"
+        )
+    );
+    assert_eq!(
+        m.sh_ok("podunit exec web-a -- cat /etc/hostname"),
+        "web-a\n"
+    );
+    let hosts = m.sh_ok("podunit exec web-a -- cat /etc/hosts");
+    assert!(
+        hosts.starts_with("# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n")
+            && hosts.ends_with(&format!("\n{ip_a}\tweb-a\n")),
+        "{hosts}"
+    );
+    let found = m.sh_ok("podunit exec web-a -- getent hosts my-svc");
+    assert_eq!(
+        found.split_whitespace().collect::<Vec<_>>(),
+        ["10.1.2.3", "my-svc.default.svc.cluster.local"]
+    );
     // The containers are in the pod's namespace, not the host's.
     let host_ns = m.sh_ok("readlink /proc/1/ns/net");
     let pid = m.prop(&ctr_unit(NS, "web-a", "main"), "MainPID");
     assert_ne!(m.sh_ok(&format!("readlink /proc/{pid}/ns/net")), host_ns);
     assert_eq!(ipam_leases(&m), sorted(&[&ip_a, &ip_b]));
+
+    // A third pod asking for web-a's host port: refused as the kubelet refuses it, naming web-a;
+    // web-a keeps serving.
+    m.write("/etc/pods.d/d.yaml", web("web-dup", 18080).as_bytes());
+    m.daemon_reload();
+    let detail = m.sh_ok("podunit status web-dup 2>&1 || true");
+    assert!(
+        detail.contains("NodePorts") && detail.contains("18080/TCP is held by pod default/web-a"),
+        "{detail}"
+    );
+    let (code, out) = {
+        let o = m.sh("podunit check");
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+        )
+    };
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("default/web-dup: spec.containers[0].ports[0].hostPort"),
+        "{out}"
+    );
+    m.sh_ok("rm /etc/pods.d/d.yaml");
+    m.daemon_reload();
+    assert_eq!(
+        answer(&m, &format!("{SUBNET}1:18080")),
+        format!("web-a {ip_a} {ip_a}")
+    );
 
     // A removed pod: its address, its cache entry, its masquerade and port rules and its pinned
     // namespace go with it.

@@ -29,6 +29,8 @@ pub struct AgentConfig {
     pub runtime_version: String,
     /// The port the kubelet API listens on (daemonEndpoints); 0: not served.
     pub kubelet_port: u16,
+    /// With `network: cni`: where the network's configuration must be for the node to be Ready.
+    pub cni_conf_dir: Option<std::path::PathBuf>,
 }
 
 /// State shared between the loops.

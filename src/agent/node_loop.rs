@@ -31,6 +31,14 @@ fn register(client: &Client, cfg: &AgentConfig, info: &node::HostInfo) -> Result
     }
 }
 
+/// Why the pods' network is not ready, read afresh (a configuration may come at any time).
+fn network_error(cfg: &AgentConfig) -> Option<String> {
+    let dir = cfg.cni_conf_dir.as_ref()?;
+    crate::cni::config::load_dir(dir)
+        .err()
+        .map(|e| node::network_not_ready(&e))
+}
+
 /// Runs until stopped: register, then Lease every `lease_renew_seconds`, status on change and every
 /// `node_status_report_seconds`.
 pub fn node_loop(client: Client, cfg: AgentConfig, shared: Arc<Shared>) {
@@ -40,6 +48,7 @@ pub fn node_loop(client: Client, cfg: AgentConfig, shared: Arc<Shared>) {
     let mut info = node::gather(storage.parent().unwrap_or(&storage), cfg.node_ip.as_deref());
     info.runtime_version = cfg.runtime_version.clone();
     info.kubelet_port = cfg.kubelet_port;
+    info.network_error = network_error(&cfg);
     *shared.node_ips.lock().unwrap() = info.addresses.clone();
     let mut node_obj = loop {
         match register(&client, &cfg, &info) {
@@ -74,6 +83,7 @@ pub fn node_loop(client: Client, cfg: AgentConfig, shared: Arc<Shared>) {
         let mut fresh = node::gather(storage.parent().unwrap_or(&storage), cfg.node_ip.as_deref());
         fresh.runtime_version = cfg.runtime_version.clone();
         fresh.kubelet_port = cfg.kubelet_port;
+        fresh.network_error = network_error(&cfg);
         *shared.node_ips.lock().unwrap() = fresh.addresses.clone();
         let prev = posted.as_ref().or(node_obj.status.as_ref());
         let st = node::status(&fresh, prev, now());

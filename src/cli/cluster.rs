@@ -110,6 +110,8 @@ pub fn prepare(paths: &Paths) -> Result<Option<ClusterAgent>, ExitCode> {
             paths: paths.clone(),
             node_ip: cfg.node_ip.clone(),
             runtime_version: systemd_version(),
+            cni_conf_dir: (cfg.network == crate::common::config::Network::Cni)
+                .then(|| paths.host(&cfg.cni.conf_dir.to_string_lossy())),
         },
     }))
 }

@@ -20,11 +20,11 @@ fn read_plan(args: &Args, paths: &Paths) -> Result<PodPlan, String> {
     serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
 }
 
-/// The node configuration's `cni:` section (its defaults when the file cannot be read: the
-/// generator has said why already).
-fn cni_config(paths: &Paths) -> crate::common::config::Cni {
+/// The node configuration (its defaults when the file cannot be read: the generator has said
+/// why already).
+fn node_config(paths: &Paths) -> crate::common::config::Config {
     crate::common::config::Config::load(&paths.config_file())
-        .map(|l| l.config.cni)
+        .map(|l| l.config)
         .unwrap_or_default()
 }
 
@@ -47,11 +47,13 @@ pub fn prepare(args: Args) -> ExitCode {
     };
     // ConfigMaps and Secrets are read now, so a pod starts with their current content.
     let catalog = Catalog::load(&paths);
+    let config = node_config(&paths);
     let node = prepare::NodeNet {
         // Asked in the host's network namespace: the pod unit may be in its own.
         node_ip: crate::podstart::network::in_host_namespace(prepare::node_ip)
             .unwrap_or_else(|_| prepare::node_ip()),
-        cni: cni_config(&paths),
+        resolv_conf: config.resolv_conf().to_path_buf(),
+        cni: config.cni,
     };
     let result = prepare::prepare(&plan, &paths, &catalog, &node);
     // What `podunit status` shows while the pod cannot start (and no longer once it can).
@@ -129,7 +131,7 @@ pub fn cleanup(args: Args) -> ExitCode {
         Ok(x) => x,
         Err(code) => return code,
     };
-    match prepare::cleanup(&plan, &paths, &cni_config(&paths)) {
+    match prepare::cleanup(&plan, &paths, &node_config(&paths).cni) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!(
@@ -164,7 +166,7 @@ pub fn forget(args: ForgetArgs) -> ExitCode {
         eprintln!("podunit pod-forget: refusing odd uid {:?}", args.uid);
         return ExitCode::from(super::EXIT_USAGE);
     }
-    let detached = crate::podstart::network::detach(&args.uid, &cni_config(&paths), &paths);
+    let detached = crate::podstart::network::detach(&args.uid, &node_config(&paths).cni, &paths);
     if let Err(e) = &detached {
         eprintln!("podunit pod-forget: pod {}: {e}", args.uid);
     }

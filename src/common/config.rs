@@ -10,7 +10,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 /// The whole file. Field names are the YAML keys in camelCase.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct Config {
     /// This node's name in the cluster; defaults to the host name (lower-cased, as the kubelet does).
@@ -36,6 +36,16 @@ pub struct Config {
     pub network: Network,
     /// Where `network: cni` finds its configuration, plugins and ADD results.
     pub cni: Cni,
+    /// The cluster DNS servers pods with `dnsPolicy: ClusterFirst` use (KubeletConfiguration's
+    /// `clusterDNS`); none: such pods fall back to `Default`, as the kubelet's do.
+    #[serde(rename = "clusterDNS")]
+    pub cluster_dns: Vec<String>,
+    /// The cluster's DNS domain, for pods' search lists and FQDNs (`clusterDomain`).
+    pub cluster_domain: String,
+    /// The resolver configuration `Default` pods get, and ClusterFirst pods take their search
+    /// list from (`resolvConf`; on a host with systemd-resolved's stub, use
+    /// /run/systemd/resolve/resolv.conf, whose servers a pod's own network can reach).
+    pub resolv_conf: PathBuf,
     /// systemd 254 or newer: restart delays grow like CrashLoopBackOff (`RestartSteps=`,
     /// `RestartMaxDelaySec=`). systemd 252 knows only a fixed `RestartSec=`.
     pub restart_backoff_steps: bool,
@@ -43,6 +53,39 @@ pub struct Config {
     pub registries: crate::common::registries::Registries,
     /// The kubelet API (logs, stats) that the API server proxies to: cluster mode only.
     pub kubelet_server: KubeletServer,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            node_name: Default::default(),
+            kubeconfig: Default::default(),
+            node_ip: Default::default(),
+            node_labels: Default::default(),
+            host_images: Default::default(),
+            watch_manifests: Default::default(),
+            cluster: Default::default(),
+            policy: Default::default(),
+            network: Default::default(),
+            cni: Default::default(),
+            cluster_dns: Default::default(),
+            cluster_domain: "cluster.local".into(),
+            resolv_conf: PathBuf::from("/etc/resolv.conf"),
+            restart_backoff_steps: Default::default(),
+            registries: Default::default(),
+            kubelet_server: Default::default(),
+        }
+    }
+}
+
+impl Config {
+    pub fn cluster_domain(&self) -> &str {
+        &self.cluster_domain
+    }
+
+    pub fn resolv_conf(&self) -> &Path {
+        &self.resolv_conf
+    }
 }
 
 /// The node's kubelet API server (docs/cluster-mode.md). Serves in cluster mode only: requests are

@@ -7,6 +7,7 @@ pub mod report;
 
 use crate::common::diag::Problem;
 use crate::manifest::Catalog;
+use crate::manifest::host_ports::Clash;
 use crate::translate::image::{ImageResolver, Probe};
 use crate::translate::naming;
 use crate::translate::{NodeFacts, Output, PodUnits, translate};
@@ -52,9 +53,11 @@ pub fn generate_with_policy(
         pods: Vec::new(),
         problems: catalog.problems.clone(),
     };
-    // Pods are independent: validated and translated in parallel, gathered in catalog order.
+    // Pods are independent (but for host ports): validated and translated in parallel,
+    // gathered in catalog order.
+    let clashes = port_clashes(catalog);
     let results = crate::common::parallel::map(&catalog.pods, |entry| {
-        generate_pod(entry, node, images, policy)
+        generate_pod(entry, node, images, policy, clashes.get(&clash_key(entry)))
     });
     for (problems, units) in results {
         g.problems.extend(problems);
@@ -92,8 +95,10 @@ pub fn generate_into(
         problems: catalog.problems.clone(),
         failed: Vec::new(),
     };
+    let clashes = port_clashes(catalog);
     let results = crate::common::parallel::map(&catalog.pods, |entry| {
-        let (problems, units) = generate_pod(entry, node, images, policy);
+        let clash = clashes.get(&clash_key(entry));
+        let (problems, units) = generate_pod(entry, node, images, policy, clash);
         (problems, units.and_then(|pod| write_reported(dir, &pod)))
     });
     for (problems, failed) in results {
@@ -104,12 +109,40 @@ pub fn generate_into(
     w
 }
 
+type ClashKey = (std::path::PathBuf, String);
+
+fn clash_key(entry: &crate::manifest::PodEntry) -> ClashKey {
+    (entry.file.clone(), entry.key())
+}
+
+/// The kubelet's NodePorts admission over the pods that ask for host ports and are otherwise
+/// valid, in catalog order (files in order, documents in order): the pods it refuses.
+fn port_clashes(catalog: &Catalog) -> std::collections::HashMap<ClashKey, Clash> {
+    use crate::manifest::host_ports;
+    let asking: Vec<&crate::manifest::PodEntry> = catalog
+        .pods
+        .iter()
+        .filter(|e| !host_ports::host_ports(&e.pod).is_empty())
+        .filter(|e| !validate::validate(e).iter().any(Problem::is_error))
+        .collect();
+    if asking.len() < 2 {
+        return Default::default();
+    }
+    let verdicts = host_ports::admit(asking.iter().map(|e| (e.key(), &e.pod)));
+    asking
+        .into_iter()
+        .zip(verdicts)
+        .filter_map(|(e, c)| Some((clash_key(e), c?)))
+        .collect()
+}
+
 /// One pod: its problems, and its units unless one of those problems is an error.
 fn generate_pod(
     entry: &crate::manifest::PodEntry,
     node: &NodeFacts,
     images: &dyn ImageResolver,
     policy: Option<&LocalPolicy>,
+    clash: Option<&Clash>,
 ) -> (Vec<Problem>, Option<PodUnits>) {
     if let Some(p) = policy
         && entry.source.is_static()
@@ -146,6 +179,23 @@ fn generate_pod(
                 .pod(entry.key())
                 .at(r.path)
                 .reason(r.reason)
+            })
+            .or_else(|| {
+                use crate::manifest::host_ports::{MESSAGE, NODE_PORTS};
+                let c = clash?;
+                Some(
+                    Problem::error(
+                        &entry.file,
+                        format!(
+                            "refused as the kubelet refuses it ({NODE_PORTS}): {MESSAGE}: {} is \
+                             held by pod {}",
+                            c.port, c.holder
+                        ),
+                    )
+                    .pod(entry.key())
+                    .at(c.path.clone())
+                    .reason(NODE_PORTS),
+                )
             });
     match translate(entry, node, images) {
         Ok(units) => {
@@ -365,6 +415,8 @@ pub fn node_setup_with_policy(
     use crate::common::config::Network;
     node.private_network = matches!(config.network, Network::Private | Network::Cni);
     node.cni_network = config.network == Network::Cni;
+    node.cluster_dns = config.cluster_dns.clone();
+    node.cluster_domain = config.cluster_domain().to_string();
     node.restart_steps = config.restart_backoff_steps;
     node.podunit_bin = podunit_bin(paths);
     node.labels =

@@ -36,6 +36,24 @@ pub struct HostInfo {
     pub runtime_version: String,
     /// The kubelet API's port (daemonEndpoints); 0 when it is not served.
     pub kubelet_port: u16,
+    /// Why the pods' network is not ready (`network: cni` without a usable configuration): the
+    /// node is then not Ready, as a kubelet whose runtime reports `NetworkReady=false`.
+    pub network_error: Option<String>,
+}
+
+/// The kubelet's Ready message for a runtime whose network is not ready, with containerd's
+/// words for a node without a CNI configuration.
+pub fn network_not_ready(cni_error: &crate::cni::config::ConfigError) -> String {
+    let why = match cni_error {
+        crate::cni::config::ConfigError::Uninitialized { .. } => {
+            "cni plugin not initialized".into()
+        }
+        e => e.to_string(),
+    };
+    format!(
+        "container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady \
+         message:Network plugin returns error: {why}"
+    )
 }
 
 /// `v1.33.0-podunit-<version>`: the API version the types are from, and that this is podunit.
@@ -150,14 +168,17 @@ pub fn status(info: &HostInfo, prev: Option<&NodeStatus>, now: Timestamp) -> Nod
                 prev,
                 now,
             ),
-            condition(
-                "Ready",
-                true,
-                "KubeletReady",
-                "podunit is posting ready status",
-                prev,
-                now,
-            ),
+            match &info.network_error {
+                None => condition(
+                    "Ready",
+                    true,
+                    "KubeletReady",
+                    "podunit is posting ready status",
+                    prev,
+                    now,
+                ),
+                Some(why) => condition("Ready", false, "KubeletNotReady", why, prev, now),
+            },
         ]),
         node_info: Some(NodeSystemInfo {
             architecture: info.arch.clone(),
@@ -278,6 +299,7 @@ pub fn gather(storage: &Path, override_ip: Option<&str>) -> HostInfo {
         arch: go_arch(std::env::consts::ARCH).to_string(),
         runtime_version: String::new(),
         kubelet_port: 0,
+        network_error: None,
     }
 }
 
@@ -355,7 +377,38 @@ mod tests {
             arch: "amd64".into(),
             runtime_version: "systemd://252".into(),
             kubelet_port: 10250,
+            network_error: None,
         }
+    }
+
+    #[test]
+    fn not_ready_without_a_cni_configuration() {
+        let e = crate::cni::config::ConfigError::Uninitialized {
+            dir: "/etc/cni/net.d".into(),
+        };
+        let i = HostInfo {
+            network_error: Some(network_not_ready(&e)),
+            ..info()
+        };
+        let st = status(&i, None, Timestamp::from_second(1000).unwrap());
+        let ready = st
+            .conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == "Ready")
+            .unwrap();
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_deref()),
+            ("False", Some("KubeletNotReady"))
+        );
+        assert_eq!(
+            ready.message.as_deref(),
+            Some(
+                "container runtime network not ready: NetworkReady=false \
+                 reason:NetworkPluginNotReady message:Network plugin returns error: cni plugin \
+                 not initialized"
+            )
+        );
     }
 
     #[test]

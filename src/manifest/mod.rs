@@ -7,6 +7,7 @@ pub mod control_plane;
 pub mod discover;
 pub mod documents;
 pub mod fast;
+pub mod host_ports;
 pub mod names;
 pub mod parse;
 pub mod placement;

@@ -133,6 +133,8 @@ fn kind(secret: bool) -> &'static str {
 pub struct NodeNet {
     pub node_ip: String,
     pub cni: crate::common::config::Cni,
+    /// The node's resolver configuration (`resolvConf`), the base of the pods' own.
+    pub resolv_conf: PathBuf,
 }
 
 /// Prepares the pod described by `plan`.
@@ -178,7 +180,7 @@ pub fn prepare(
         atomicfile::write(&paths.host(&f.path), text.as_bytes(), opts)?;
     }
     if let Some(etc) = &plan.etc {
-        write_etc_files(plan, paths, etc, &pod_ips[0])?;
+        write_etc_files(plan, paths, etc, &pod_ips[0], &node.resolv_conf)?;
     }
     // It moves this process into the service manager's mount namespace.
     crate::podstart::root::mount_all(plan, paths).map_err(PrepareError::Root)?;
@@ -201,13 +203,15 @@ fn write_etc_files(
     paths: &Paths,
     etc: &crate::translate::plan::EtcPlan,
     pod_ip: &str,
+    resolv_conf: &Path,
 ) -> Result<(), PrepareError> {
     use crate::podstart::etcfiles;
     let read = |p: &str| fs::read_to_string(paths.host(p)).unwrap_or_default();
+    let node_resolv = read(&resolv_conf.to_string_lossy());
     let files = [
         ("hosts", etcfiles::hosts(etc, pod_ip, &read("/etc/hosts"))),
         ("hostname", etcfiles::hostname(etc)),
-        ("resolv.conf", read("/etc/resolv.conf")),
+        ("resolv.conf", etcfiles::resolv_conf(&etc.dns, &node_resolv)),
     ];
     let opts = atomicfile::Options::new(0o644).owner(0, 0);
     for (name, text) in files {

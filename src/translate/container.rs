@@ -230,7 +230,7 @@ fn one(
         faults.push(f);
     }
     volume_binds(svc, &cx, &mut faults);
-    if image.stored.is_some() {
+    if image.stored.is_some() || cx.pod.plan.network.is_some() {
         name_files(svc, &cx);
     }
     stop(svc, &cx, image_config, &mut faults);
@@ -628,8 +628,8 @@ fn volume_binds(
     }
 }
 
-/// The name files the kubelet gives every container with an image's root, unless a volume is
-/// mounted there.
+/// The name files the kubelet gives every container with an image's root (or, with
+/// `network: cni`, an address of its pod's own), unless a volume is mounted there.
 fn name_files(svc: &mut crate::translate::unit::Section, cx: &ContainerCtx<'_>) {
     let mounted = |at: &str| {
         cx.c.volume_mounts

@@ -183,9 +183,6 @@ pub fn verify_non_root(image_user: &str) -> Result<(), String> {
     }
 }
 
-/// The kubelet's cluster domain, used for a pod's FQDN (podunit has no cluster DNS to name).
-pub const CLUSTER_DOMAIN: &str = "cluster.local";
-
 /// The pod's hostname and name files, as the kubelet's `GeneratePodHostNameAndDomain` decides:
 /// `spec.hostname` or the pod's name (at most 63 characters); the node's on the host network.
 pub fn etc_plan(
@@ -209,7 +206,7 @@ pub fn etc_plan(
     let fqdn = spec
         .and_then(|s| s.subdomain.as_deref())
         .filter(|d| !d.is_empty() && !host_network)
-        .map(|d| format!("{hostname}.{d}.{ns}.svc.{CLUSTER_DOMAIN}"));
+        .map(|d| format!("{hostname}.{d}.{ns}.svc.{}", node.cluster_domain));
     let host_aliases = spec
         .and_then(|s| s.host_aliases.as_ref())
         .into_iter()
@@ -221,6 +218,7 @@ pub fn etc_plan(
         fqdn,
         host_network,
         host_aliases,
+        dns: crate::translate::dns::plan(pod, node),
     }
 }
 

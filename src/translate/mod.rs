@@ -2,6 +2,7 @@
 //! manifest and a few facts about the node; it reads and writes nothing.
 
 pub mod container;
+pub mod dns;
 pub mod env;
 pub mod image;
 pub mod imagerun;
@@ -58,6 +59,9 @@ pub struct NodeFacts {
     pub private_network: bool,
     /// Attach that namespace to the network by CNI (node config `network: cni`).
     pub cni_network: bool,
+    /// `clusterDNS` and `clusterDomain` of the node config.
+    pub cluster_dns: Vec<String>,
+    pub cluster_domain: String,
     /// systemd is new enough (254+) for `RestartSteps=`/`RestartMaxDelaySec=`.
     pub restart_steps: bool,
     /// The `podunit` binary the pod unit runs for `pod-prepare`/`pod-cleanup`: where this
@@ -75,6 +79,8 @@ impl Default for NodeFacts {
             memory_bytes: 1 << 30,
             private_network: false,
             cni_network: false,
+            cluster_dns: Vec::new(),
+            cluster_domain: "cluster.local".into(),
             restart_steps: false,
             podunit_bin: Paths::PODUNIT_BIN.to_string(),
             labels: crate::manifest::admission::host_node_labels("localhost", &Default::default()),
@@ -215,6 +221,18 @@ pub fn translate(
         target: concat(&["../", &p.pod_unit]),
     });
     let mut warnings = Vec::new();
+    let own_dns = spec.dns_config.is_some() || spec.dns_policy.as_deref() == Some("None");
+    if own_dns && plan.network.is_none() && containers.iter().any(|c| c.root.is_none()) {
+        warnings.push(
+            Problem::warning(
+                &entry.file,
+                "not applied to containers on the host's root: they keep the node's \
+                 /etc/resolv.conf (`network: cni` gives them the pod's)",
+            )
+            .pod(entry.key())
+            .at("spec.dnsConfig"),
+        );
+    }
     for c in containers {
         outputs.push(Output::Unit(Rendered {
             unit: c.unit,
@@ -325,8 +343,12 @@ fn add_containers_to_plan(plan: &mut PodPlan, containers: &[container::Built], p
             add_ids(plan, u);
         }
     }
-    if !plan.roots.is_empty() {
+    // The name files go to containers with roots of their own, and to every container of a pod
+    // with an address of its own: its /etc/hosts names that address, its resolver is the pod's.
+    if !plan.roots.is_empty() || plan.network.is_some() {
         plan.etc = Some(imagerun::etc_plan(&p.entry.pod, p.node));
+    }
+    if !plan.roots.is_empty() {
         plan.pull_secrets = image::pull_secret_names(Some(p.spec));
     }
 }

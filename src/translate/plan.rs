@@ -135,6 +135,44 @@ pub struct EtcPlan {
     /// `spec.hostAliases`: (ip, hostnames).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub host_aliases: Vec<(String, Vec<String>)>,
+    /// What `/etc/resolv.conf` is made of (see [`crate::translate::dns`]).
+    #[serde(default)]
+    pub dns: DnsPlan,
+}
+
+/// The pod's resolver configuration as the kubelet composes it, less what only the node's
+/// resolv.conf says (read when the pod starts).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DnsPlan {
+    /// `cluster`, `host` (the node's resolver) or `none` (only `dnsConfig`): the kubelet's DNS
+    /// type after its fallbacks.
+    pub kind: DnsKind,
+    /// With `cluster`: the cluster DNS servers, the cluster's search domains (the node's follow
+    /// them) and `ndots:5`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nameservers: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub searches: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub options: Vec<String>,
+    /// `spec.dnsConfig`, appended as the kubelet appends it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub extra_nameservers: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub extra_searches: Vec<String>,
+    /// (name, value): an option of the pod's replaces one of the same name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub extra_options: Vec<(String, Option<String>)>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum DnsKind {
+    #[default]
+    Host,
+    Cluster,
+    None,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

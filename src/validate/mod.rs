@@ -151,6 +151,7 @@ pub fn validate(entry: &PodEntry) -> Vec<Problem> {
         check_resources(&mut c, r, &sp.field("resources"));
     }
     check_not_honoured(&mut c, spec, &sp);
+    check_dns(&mut c, spec, &sp);
     for key in pod.metadata.annotations.iter().flatten().map(|(k, _)| k) {
         if key.starts_with("container.apparmor.security.beta.kubernetes.io/")
             || key.starts_with("seccomp.security.alpha.kubernetes.io/")
@@ -163,6 +164,90 @@ pub fn validate(entry: &PodEntry) -> Vec<Problem> {
         }
     }
     c.out
+}
+
+/// `dnsPolicy` and `dnsConfig` as the API server's `validateDNSPolicy` and
+/// `validatePodDNSConfig` check them.
+fn check_dns(c: &mut Check<'_>, spec: &k8s_openapi::api::core::v1::PodSpec, sp: &FieldPath) {
+    const POLICIES: [&str; 4] = ["ClusterFirst", "ClusterFirstWithHostNet", "Default", "None"];
+    let policy = spec.dns_policy.as_deref();
+    if let Some(p) = policy.filter(|p| !POLICIES.contains(p)) {
+        c.err(
+            &sp.field("dnsPolicy"),
+            format!(
+                "Unsupported value: {p:?}: supported values: \"ClusterFirst\", \
+                 \"ClusterFirstWithHostNet\", \"Default\", \"None\""
+            ),
+        );
+    }
+    let cp = sp.field("dnsConfig");
+    let Some(cfg) = &spec.dns_config else {
+        if policy == Some("None") {
+            c.err(
+                &cp,
+                "Required value: must provide `dnsConfig` when `dnsPolicy` is None",
+            );
+        }
+        return;
+    };
+    let servers = cfg.nameservers.as_deref().unwrap_or_default();
+    if servers.len() > 3 {
+        c.err(
+            &cp.field("nameservers"),
+            format!("Invalid value: {servers:?}: must not have more than 3 nameservers"),
+        );
+    }
+    for (i, ns) in servers.iter().enumerate() {
+        if ns.parse::<std::net::IpAddr>().is_err() {
+            c.err(
+                &cp.field("nameservers").index(i),
+                format!("Invalid value: {ns:?}: must be a valid IP address"),
+            );
+        }
+    }
+    if policy == Some("None") && servers.is_empty() {
+        c.err(
+            &cp.field("nameservers"),
+            "Required value: must provide at least one DNS nameserver when `dnsPolicy` is None",
+        );
+    }
+    let searches = cfg.searches.as_deref().unwrap_or_default();
+    if searches.len() > 32 {
+        c.err(
+            &cp.field("searches"),
+            format!("Invalid value: {searches:?}: must not have more than 32 search paths"),
+        );
+    }
+    if searches.join(" ").len() > 2048 {
+        c.err(
+            &cp.field("searches"),
+            format!(
+                "Invalid value: {searches:?}: must not have more than 2048 characters (including \
+                 spaces) in the search list"
+            ),
+        );
+    }
+    for (i, d) in searches.iter().enumerate() {
+        // "." is the root domain; a trailing dot is allowed.
+        if d != "." && !is_dns1123_subdomain(d.strip_suffix('.').unwrap_or(d)) {
+            c.err(
+                &cp.field("searches").index(i),
+                format!(
+                    "Invalid value: {d:?}: a lowercase RFC 1123 subdomain must consist of lower \
+                     case alphanumeric characters, '-' or '.', and must start and end with an \
+                     alphanumeric character"
+                ),
+            );
+        }
+    }
+    for (i, o) in cfg.options.iter().flatten().enumerate() {
+        if o.name.as_deref().is_none_or(str::is_empty) {
+            c.err(
+                &cp.field("options").index(i),
+                "Required value: Option.Name must not be empty",
+            );
+        }
+    }
 }
 
 /// The kubelet ignores `windowsOptions` on Linux; podunit says so.
@@ -186,12 +271,6 @@ fn check_not_honoured(
     }
     if spec.set_hostname_as_fqdn == Some(true) {
         c.warn(&sp.field("setHostnameAsFQDN"), host_view);
-    }
-    if spec.dns_config.is_some() {
-        c.warn(&sp.field("dnsConfig"), host_view);
-    }
-    if spec.dns_policy.as_deref().is_some_and(|p| p == "None") {
-        c.warn(&sp.field("dnsPolicy"), host_view);
     }
     if spec.host_aliases.as_ref().is_some_and(|a| !a.is_empty()) {
         c.warn(&sp.field("hostAliases"), host_view);
@@ -733,6 +812,52 @@ mod tests {
         );
         assert!(c.problems.is_empty(), "{:?}", c.problems);
         validate(&c.pods[0]).iter().map(|p| p.to_string()).collect()
+    }
+
+    #[test]
+    fn dns_policy_and_config_as_the_api_server_checks_them() {
+        let c = "  containers: [{name: c, image: host}]\n";
+        assert_eq!(
+            problems(&format!(
+                "  dnsPolicy: ClusterFirst\n  dnsConfig: {{nameservers: [1.1.1.1], searches: [a.example., .], options: [{{name: ndots, value: '2'}}]}}\n{c}"
+            )),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            problems(&format!("  dnsPolicy: Cluster\n{c}")),
+            [
+                "t.yaml: default/p: spec.dnsPolicy: Unsupported value: \"Cluster\": supported values: \"ClusterFirst\", \"ClusterFirstWithHostNet\", \"Default\", \"None\""
+            ]
+        );
+        assert_eq!(
+            problems(&format!("  dnsPolicy: None\n{c}")),
+            [
+                "t.yaml: default/p: spec.dnsConfig: Required value: must provide `dnsConfig` when `dnsPolicy` is None"
+            ]
+        );
+        assert_eq!(
+            problems(&format!(
+                "  dnsPolicy: None\n  dnsConfig: {{searches: [a.example]}}\n{c}"
+            )),
+            [
+                "t.yaml: default/p: spec.dnsConfig.nameservers: Required value: must provide at least one DNS nameserver when `dnsPolicy` is None"
+            ]
+        );
+        let bad = problems(&format!(
+            "  dnsConfig: {{nameservers: [1.1.1.1, 2.2.2.2, 3.3.3.3, dns.example], searches: [Bad_Domain], options: [{{value: x}}]}}\n{c}"
+        ));
+        assert_eq!(bad.len(), 4, "{bad:?}");
+        assert!(
+            bad[0].contains("spec.dnsConfig.nameservers: Invalid value: ")
+                && bad[0].ends_with("must not have more than 3 nameservers")
+        );
+        assert!(bad[1].contains("spec.dnsConfig.nameservers[3]: Invalid value: \"dns.example\": must be a valid IP address"));
+        assert!(bad[2].contains("spec.dnsConfig.searches[0]: Invalid value: \"Bad_Domain\""));
+        assert!(
+            bad[3].ends_with(
+                "spec.dnsConfig.options[0]: Required value: Option.Name must not be empty"
+            )
+        );
     }
 
     #[test]

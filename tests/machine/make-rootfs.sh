@@ -13,10 +13,10 @@ ROOTFS=${PODUNIT_TEST_ROOTFS:-/var/cache/podunit-test/rootfs-bookworm}
 SUITE=bookworm
 # What a podunit host has: systemd, D-Bus, and nss-systemd (numeric pod users live in /run/userdb);
 # the CNI plugins and what they call (iptables for ipMasq, portmap and firewall), which the
-# packages recommend for `network: cni`.
-PACKAGES=systemd,systemd-sysv,dbus,libnss-systemd,containernetworking-plugins,iptables,iproute2
+# packages recommend for `network: cni`; dnsmasq, the tests' cluster DNS.
+PACKAGES=systemd,systemd-sysv,dbus,libnss-systemd,containernetworking-plugins,iptables,iproute2,dnsmasq-base
 # Bump when PACKAGES changes, so cached root filesystems of an older list are rebuilt.
-STAMP=.podunit-rootfs-v3
+STAMP=.podunit-rootfs-v4
 
 # The first enabled `deb` source of the host's apt configuration (one-line and deb822 formats, at
 # the places `apt-config` names, so APT_CONFIG is honoured) that serves $SUITE, else one that

@@ -1,0 +1,118 @@
+//! `network: cni` in cluster mode, through the real API server: without a CNI configuration the
+//! Node is NotReady with the kubelet's message; with one it is Ready, a pod's `status.podIP` is
+//! the address the plugins gave it (and what its downward API sees), `kubectl exec` runs in its
+//! namespace, and `kubectl port-forward` reaches its loopback.
+
+use super::support::controlplane::{ControlPlane, NODE_KUBECONFIG};
+use super::support::nspawn::Machine;
+use super::support::pods::{SOON, ctr_unit, wait_state};
+use super::{NODE, forward_pong, kubectl, pong_pod};
+use serde_json::{Value, json};
+
+const SUBNET: &str = "10.88.9.";
+
+/// The Node's Ready condition as kubectl reads it: (status, message).
+fn ready(cp: &ControlPlane) -> Option<(String, String)> {
+    let out = kubectl(
+        cp,
+        &[
+            "get",
+            "node",
+            NODE,
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}|{.status.conditions[?(@.type==\"Ready\")].message}",
+        ],
+    )
+    .ok()?;
+    let (s, m) = out.split_once('|')?;
+    Some((s.to_string(), m.to_string()))
+}
+
+#[test]
+fn cni_pods_through_a_real_apiserver() {
+    let m = Machine::boot("kubelet-cni");
+    let cp = ControlPlane::start(&m, NODE);
+    m.write(
+        "/etc/podunit/config.yaml",
+        format!("nodeName: {NODE}\nkubeconfig: {NODE_KUBECONFIG}\nnetwork: cni\n").as_bytes(),
+    );
+    super::support::pods::start_sync(&m);
+    let (_, message) = m.wait_for("the Node NotReady for its network", SOON, || {
+        ready(&cp).filter(|(s, _)| s == "False")
+    });
+    assert_eq!(
+        message,
+        "container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady \
+         message:Network plugin returns error: cni plugin not initialized"
+    );
+
+    m.write(
+        "/etc/cni/net.d/10-podunit.conflist",
+        format!(
+            r#"{{"cniVersion": "1.0.0", "name": "podunit", "plugins": [
+  {{"type": "bridge", "bridge": "podunit0", "isGateway": true, "ipMasq": true,
+   "ipam": {{"type": "host-local", "ranges": [[{{"subnet": "{SUBNET}0/24"}}]]}}}}]}}"#
+        )
+        .as_bytes(),
+    );
+    m.wait_for("the Node Ready with a configuration", SOON, || {
+        ready(&cp).filter(|(s, _)| s == "True")
+    });
+
+    let mut pod: Value = serde_json::from_str(&pong_pod("pong")).unwrap();
+    pod["spec"]["containers"][0]["env"] =
+        json!([{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]);
+    cp.kubectl_ok(&["apply", "-f", "-"], Some(&pod.to_string()));
+    wait_state(&m, &ctr_unit("default", "pong", "main"), &["active"]);
+    let ip = m.wait_for("the pod's CNI address in the API", SOON, || {
+        kubectl(
+            &cp,
+            &["get", "pod", "pong", "-o", "jsonpath={.status.podIP}"],
+        )
+        .ok()
+        .filter(|ip| ip.starts_with(SUBNET))
+    });
+    let host_ip = kubectl(
+        &cp,
+        &["get", "pod", "pong", "-o", "jsonpath={.status.hostIP}"],
+    )
+    .unwrap();
+    assert_ne!(host_ip, ip, "hostIP stays the node's");
+    // kubectl exec: in the pod's namespace, with its address on eth0 and in its environment.
+    let seen = kubectl(
+        &cp,
+        &[
+            "exec",
+            "pong",
+            "--",
+            "sh",
+            "-c",
+            "echo $POD_IP; ip -4 -o addr show dev eth0",
+        ],
+    )
+    .unwrap();
+    let mut lines = seen.lines();
+    assert_eq!(lines.next(), Some(ip.as_str()), "{seen}");
+    assert!(
+        lines
+            .next()
+            .is_some_and(|l| l.contains(&format!(" {ip}/24 "))),
+        "{seen}"
+    );
+
+    // port-forward: to the pod's loopback, inside its namespace.
+    m.wait_for("the pod listening", SOON, || {
+        kubectl(&cp, &["logs", "pong"])
+            .is_ok_and(|l| l.contains("listening"))
+            .then_some(())
+    });
+    let diagnostics = || {
+        m.sh("journalctl --no-pager -n 40 -u podunit-sync -u 'podunit-portforward-*'")
+            .stdout
+            .escape_ascii()
+            .to_string()
+    };
+    let mut pf = forward_pong(&m, &cp, &diagnostics, &|| {});
+    let _ = pf.kill();
+    let _ = pf.wait();
+}
