@@ -4,6 +4,10 @@
 //! gives the container (its mount, IPC and UTS namespaces, capability bounding set, CPU weight),
 //! which says what that sandbox costs systemd. Runs on the nspawn harness (root, systemd-nspawn).
 //!
+//! The podunit side runs again with `network: cni` (Debian's bridge, host-local and portmap
+//! plugins): every pod then gets a network namespace, an address and a CNI ADD at start and a DEL
+//! at removal; its column beside the host network's says what that costs.
+//!
 //! Both sides are measured with systemd's own clock: t0 is the wall clock just before the reload
 //! (taken inside the machine), the end is the latest `ActiveEnterTimestamp` of the container
 //! units, so polling latency never counts.
@@ -43,6 +47,21 @@ fn floor_units(i: usize, sandbox: &str) -> Vec<(String, String)> {
             ),
         ),
     ]
+}
+
+/// The bridge network the CNI rounds use (a /16: rounds overlap while the last one's DELs run).
+const CONFLIST: &str = r#"{"cniVersion": "1.0.0", "name": "bench", "plugins": [
+  {"type": "bridge", "bridge": "podunit0", "isGateway": true, "ipMasq": true,
+   "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.89.0.0/16"}]]}},
+  {"type": "portmap", "capabilities": {"portMappings": true}}]}"#;
+
+/// A podunit round with the node config's `network:` set to `network`.
+fn podunit_round_on(m: &Machine, n: usize, network: &str) -> f64 {
+    m.write(
+        "/etc/podunit/config.yaml",
+        format!("network: {network}\n").as_bytes(),
+    );
+    podunit_round(m, n)
 }
 
 fn podunit_round(m: &Machine, n: usize) -> f64 {
@@ -134,6 +153,7 @@ fn main() {
         m.sh_ok("systemctl daemon-reload");
     }
     m.sh_ok("systemctl start podunit-sync.service");
+    m.write("/etc/cni/net.d/87-bench.conflist", CONFLIST.as_bytes());
     println!(
         "daemon-reload to all containers running (median of {ROUNDS} rounds, ms; {} build)",
         if cfg!(debug_assertions) {
@@ -144,22 +164,29 @@ fn main() {
     );
     let sandbox = podunit_sandbox(&m);
     println!(
-        "{:>5}  {:>10}  {:>10}  {:>16}  {:>6}",
-        "pods", "podunit", "floor", "floor + sandbox", "ratio"
+        "{:>5}  {:>10}  {:>10}  {:>16}  {:>6}  {:>12}  {:>8}",
+        "pods", "podunit", "floor", "floor + sandbox", "ratio", "podunit cni", "cni/host"
     );
     for n in SIZES {
         let mut ours = Vec::new();
         let mut floor = Vec::new();
         let mut sandboxed = Vec::new();
+        let mut cni = Vec::new();
         for _ in 0..ROUNDS {
-            ours.push(podunit_round(&m, n));
+            ours.push(podunit_round_on(&m, n, "host"));
             floor.push(floor_round(&m, n, ""));
             sandboxed.push(floor_round(&m, n, &sandbox));
+            cni.push(podunit_round_on(&m, n, "cni"));
         }
-        let (o, f, b) = (median(ours), median(floor), median(sandboxed));
-        println!("{n:>5}  {o:>10.1}  {f:>10.1}  {b:>16.1}  {:>6.2}", o / b);
+        let (o, f, b, c) = (median(ours), median(floor), median(sandboxed), median(cni));
+        println!(
+            "{n:>5}  {o:>10.1}  {f:>10.1}  {b:>16.1}  {:>6.2}  {c:>12.1}  {:>8.2}",
+            o / b,
+            c / o
+        );
     }
     println!(
-        "(ratio: podunit / (floor + sandbox), the same work for systemd)\nsandbox directives of the floor + sandbox column:\n{sandbox}"
+        "(ratio: podunit / (floor + sandbox), the same work for systemd; cni/host: podunit with \
+         network: cni over podunit on the host network)\nsandbox directives of the floor + sandbox column:\n{sandbox}"
     );
 }

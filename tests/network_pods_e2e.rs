@@ -4,7 +4,7 @@
 //! downward API and `podunit status -o wide` carry the address; `/etc/resolv.conf`, `/etc/hosts`
 //! and `/etc/hostname` are the kubelet's, and a Service name resolves through the search list
 //! with dnsmasq as the cluster DNS; a removed pod's address and port
-//! rules go, and after a reboot the IPAM store holds exactly the live pods. All traffic stays in
+//! rules go, and after a reboot or a power cut the IPAM store holds exactly the live pods. All traffic stays in
 //! the test's machine (its own network namespace).
 //!
 //! Needs root and systemd-nspawn; fails, never skips. Run: `cargo test --test network_pods_e2e`
@@ -286,7 +286,7 @@ fn pods_get_addresses_of_their_own_ports_and_nothing_leaks() {
         (ipam_leases(&m) == [ip_a.clone()]).then_some(())
     });
 
-    // A reboot (no DEL ran): the pod comes back with an address, and the store holds exactly it.
+    // A reboot: the pod comes back with an address, and the store holds exactly it.
     m.reboot();
     start_sync(&m);
     m.sh_ok("systemctl start podunit.target");
@@ -298,6 +298,25 @@ fn pods_get_addresses_of_their_own_ports_and_nothing_leaks() {
         format!("web-a {ip_a2} {ip_a2}")
     );
     assert_eq!(m.prop(&pod_unit(NS, "web-a"), "ActiveState"), "active");
+
+    // A power cut: no stop command ran, so the cache holds web-a's ADD and the store its address.
+    // The next start deletes that (no namespace: the old one died with the machine) before its
+    // own ADD, which must land in the pod's new namespace, not the host's.
+    m.power_cut();
+    start_sync(&m);
+    m.sh_ok("systemctl start podunit.target");
+    wait_state(&m, &ctr_unit(NS, "web-a", "main"), &["active"]);
+    let ip_a3 = status_ip(&m, "web-a");
+    assert_eq!(ipam_leases(&m), std::slice::from_ref(&ip_a3));
+    assert_eq!(
+        answer(&m, &format!("{ip_a3}:8080")),
+        format!("web-a {ip_a3} {ip_a3}")
+    );
+    let host_addrs = m.sh_ok("ip -o addr show");
+    assert!(
+        !host_addrs.contains(&format!(" {ip_a3}/")) && !host_addrs.contains(" eth0 "),
+        "the pod's address or interface is in the machine's own namespace:\n{host_addrs}"
+    );
 }
 
 fn sorted(v: &[&String]) -> Vec<String> {

@@ -285,8 +285,9 @@ fn add(
 
 /// Detaches pod `uid` from the network with what its ADD cached (so a changed configuration
 /// still undoes what was set up), in its pinned namespace if that is still there, else with
-/// none; then unpins it. Nothing cached and nothing pinned is nothing to do. Leaves this thread
-/// in the host's network namespace.
+/// none; then unpins it. Nothing cached and nothing pinned is nothing to do. The plugins run
+/// from the host's namespace; this thread is back in its own afterwards (`attach` pins that one
+/// next).
 pub fn detach(uid: &str, cfg: &Cni, paths: &Paths) -> Result<(), NetworkError> {
     let pin_at = paths.host(&pin_path(uid));
     let rt = runtime(cfg, paths);
@@ -309,10 +310,9 @@ pub fn detach(uid: &str, cfg: &Cni, paths: &Paths) -> Result<(), NetworkError> {
         Some(_) => pin_at.clone(),
         None => PathBuf::new(),
     };
-    enter_host()?;
     // The pod's namespace, uid and name only matter to ADD; DEL keys on the container ID.
     let a = attachment(uid, "", "", netns);
-    rt.del(&list, &a, &CapabilityArgs::default())
+    in_host_namespace(|| rt.del(&list, &a, &CapabilityArgs::default()))?
         .map_err(NetworkError::Plugin)?;
     unpin(&pin_at);
     Ok(())

@@ -528,12 +528,15 @@ impl Machine {
     /// root, as systemd-nspawn@.service would do).
     pub fn reboot(&mut self) {
         let _ = self.exec(&["systemctl", "reboot"]);
+        self.wait_down();
+        self.start();
+    }
+
+    /// Waits until systemd-nspawn has exited (the machine is down).
+    fn wait_down(&mut self) {
         let mut child = self.nspawn.take().expect("running");
         let deadline = Instant::now() + BOOT_TIMEOUT;
-        loop {
-            if child.try_wait().unwrap().is_some() {
-                break;
-            }
+        while child.try_wait().unwrap().is_none() {
             assert!(
                 Instant::now() < deadline,
                 "machine did not shut down:\n{}",
@@ -541,6 +544,15 @@ impl Machine {
             );
             sleep(Duration::from_millis(100));
         }
+    }
+
+    /// Cuts the power: SIGKILL to the machine's PID 1, so nothing inside runs a stop command,
+    /// then boots it again on the same root. What was on tmpfs (/run) is gone, /var is not.
+    pub fn power_cut(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-KILL", &self.leader.to_string()])
+            .status();
+        self.wait_down();
         self.start();
     }
 
