@@ -255,7 +255,7 @@ fn pods_get_addresses_of_their_own_ports_and_nothing_leaks() {
     );
 
     // No network configuration: a new pod waits, says why, and never runs on the host network;
-    // the running pod keeps serving. Once the configuration is back, a reload starts it.
+    // the running pod keeps serving.
     m.sh_ok("mv /etc/cni/net.d/10-podunit.conflist /root/");
     m.write("/etc/pods.d/c.yaml", web("web-c", 18082).as_bytes());
     m.daemon_reload();
@@ -272,8 +272,9 @@ fn pods_get_addresses_of_their_own_ports_and_nothing_leaks() {
         answer(&m, &format!("{ip_a}:8080")),
         format!("web-a {ip_a} {ip_a}")
     );
+    // The configuration appears (as a network add-on writes its own once it runs): the pod
+    // starts at its next try, with no reload.
     m.sh_ok("mv /root/10-podunit.conflist /etc/cni/net.d/");
-    m.daemon_reload();
     wait_state(&m, &ctr_unit(NS, "web-c", "main"), &["active"]);
     let ip_c = status_ip(&m, "web-c");
     assert_eq!(
@@ -285,6 +286,26 @@ fn pods_get_addresses_of_their_own_ports_and_nothing_leaks() {
     m.wait_for("web-c's address freed", SOON, || {
         (ipam_leases(&m) == [ip_a.clone()]).then_some(())
     });
+
+    // podunit-sync killed (SIGKILL) right after a pod was removed, before or while it stops and
+    // detaches it: once it is back, the address is freed and nothing of the pod is left.
+    m.write("/etc/pods.d/k.yaml", web("web-k", 18083).as_bytes());
+    m.daemon_reload();
+    wait_state(&m, &ctr_unit(NS, "web-k", "main"), &["active"]);
+    let uid_k = uid_of(&m, "web-k");
+    m.sh_ok(
+        "rm /etc/pods.d/k.yaml && systemctl daemon-reload && systemctl kill -s KILL podunit-sync",
+    );
+    start_sync(&m);
+    m.wait_for(
+        "web-k's address freed after podunit-sync's kill",
+        SOON,
+        || (ipam_leases(&m) == [ip_a.clone()]).then_some(()),
+    );
+    m.wait_for("web-k's namespace unpinned", SOON, || {
+        (!m.sh_ok("ls /run/netns").contains(&uid_k)).then_some(())
+    });
+    assert!(!m.sh_ok("iptables -t nat -S").contains("18083"));
 
     // A reboot: the pod comes back with an address, and the store holds exactly it.
     m.reboot();

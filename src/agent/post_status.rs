@@ -11,6 +11,7 @@ use crate::kube::compact::Compact;
 use crate::status::api;
 use crate::status::container::State;
 use crate::status::observe;
+use crate::status::waiting;
 use crate::systemd::unit::UnitState;
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use std::collections::HashMap;
@@ -241,6 +242,7 @@ impl Worker {
                         self.post_event(&obj, type_, reason, &message);
                     }
                     self.hook_events(&pod, false);
+                    self.prepare_event(&k, &pod);
                     self.images_at_restart(&k, &pod, &st);
                     st
                 }
@@ -250,6 +252,27 @@ impl Worker {
             }
         }
         self.post_mirror_statuses(&addrs, &due);
+    }
+}
+
+impl Worker {
+    /// The Event of the pod's last failed `pod-prepare` (`FailedCreatePodSandBox`,
+    /// `NetworkNotReady`), once per try.
+    fn prepare_event(&mut self, k: &(String, String), pod: &Pod) {
+        let Some(r) = self.pods.get(k) else {
+            return;
+        };
+        let Some(rec) = waiting::read(&self.cfg.paths, &r.uid, waiting::Writer::Prepare) else {
+            return;
+        };
+        let Some(note) = rec.event.filter(|_| rec.at_us > r.prepare_event_at) else {
+            return;
+        };
+        if let Some(r) = self.pods.get_mut(k) {
+            r.prepare_event_at = rec.at_us;
+        }
+        let obj = crate::kube::events::Involved::pod(pod);
+        self.post_event(&obj, "Warning", &note.reason, &note.message);
     }
 }
 

@@ -40,6 +40,9 @@ pub(super) struct PodRec {
     /// token file path -> when to refresh it
     pub(super) tokens: HashMap<String, Timestamp>,
     pub(super) event_sent: bool,
+    /// When the pod-prepare record whose Event was last posted was written (`at_us`): each
+    /// failed try is posted once (the correlator counts the repeats).
+    pub(super) prepare_event_at: u64,
     /// Hash of the spool text that last passed validation: the periodic re-admission skips the
     /// generator run when nothing changed.
     pub(super) validated: Option<u64>,

@@ -24,6 +24,7 @@ pub fn hold(paths: &Paths, pod: &Pod, reason: &str, message: &str, only: &[Strin
             .collect(),
         refused,
         at_us: waiting::now_us(),
+        event: None,
     };
     if let Err(e) = waiting::write(paths, &rec) {
         crate::localsync::log(&format!(
@@ -54,6 +55,7 @@ pub fn status_refused(paths: &Paths, uid: &str, namespace: &str, name: &str, err
         all_containers: Vec::new(),
         refused: false,
         at_us: waiting::now_us(),
+        event: None,
     };
     if let Err(e) = waiting::write(paths, &rec) {
         crate::localsync::log(&format!(

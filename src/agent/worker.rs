@@ -332,6 +332,7 @@ impl Worker {
                     posted: posted.as_ref().map(Compact::new),
                     tokens: HashMap::new(),
                     event_sent: false,
+                    prepare_event_at: 0,
                     validated: None,
                     refs_seen: None,
                     refused: None,

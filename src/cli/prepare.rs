@@ -72,6 +72,12 @@ pub fn prepare(args: Args) -> ExitCode {
                 all_containers: Vec::new(),
                 refused: false,
                 at_us: waiting::now_us(),
+                event: e
+                    .event(&plan.uid)
+                    .map(|(reason, message)| waiting::EventNote {
+                        reason: reason.into(),
+                        message,
+                    }),
             },
         ),
     };

@@ -371,6 +371,7 @@ impl ImagePulls {
                 all_containers: pod.containers.clone(),
                 refused: false,
                 at_us: waiting::now_us(),
+                event: None,
             };
             match waiting::write(&self.paths, &rec) {
                 Ok(()) => {

@@ -153,6 +153,24 @@ pub struct Syncer {
     pending_slices: Vec<String>,
     /// Pulls of the images pods wait for (none with `--once`).
     pub images: Option<images::ImagePulls>,
+    /// When to reconcile again because a pod unit failed to start (`pod-prepare` failed: its
+    /// network or a ConfigMap not there yet). The kubelet's pod worker tries a failed sync again
+    /// 10 s later; a reconcile starts failed pod units.
+    retry_at: Option<Instant>,
+}
+
+/// How long after a pod's failed start it is tried again (the kubelet's `backOffPeriod`).
+pub const POD_RETRY: Duration = Duration::from_secs(10);
+
+/// Whether `unit` is a pod unit (not a container's, not a slice).
+fn is_pod_unit(unit: &str) -> bool {
+    use crate::translate::naming::Parsed;
+    unit.ends_with(".service")
+        && match crate::translate::naming::parse(unit) {
+            Some(Parsed::Exact(id)) => id.container.is_none(),
+            Some(Parsed::Shortened { container, .. }) => container.is_none(),
+            None => false,
+        }
 }
 
 impl Syncer {
@@ -167,6 +185,7 @@ impl Syncer {
             cleanup_jobs: HashMap::new(),
             pending_slices: Vec::new(),
             images: None,
+            retry_at: None,
         }
     }
 
@@ -450,7 +469,29 @@ impl Syncer {
     /// When the next grace period ends, if any stop is still running.
     pub fn next_deadline(&self) -> Option<Instant> {
         let pulls = self.images.as_ref().and_then(|i| i.next_deadline());
-        self.kill_at.iter().map(|k| k.at).chain(pulls).min()
+        self.kill_at
+            .iter()
+            .map(|k| k.at)
+            .chain(pulls)
+            .chain(self.retry_at)
+            .min()
+    }
+
+    /// A unit's start job ended with `result`: a pod unit that failed is tried again after
+    /// [`POD_RETRY`] (one reconcile for every pod that failed meanwhile).
+    pub fn start_done(&mut self, unit: &str, result: &str) {
+        if result == "failed" && is_pod_unit(unit) && self.retry_at.is_none() {
+            self.retry_at = Some(Instant::now() + POD_RETRY);
+        }
+    }
+
+    /// Whether the retry of failed pods is due; it is then taken.
+    pub fn retry_due(&mut self, now: Instant) -> bool {
+        if self.retry_at.is_some_and(|at| at <= now) {
+            self.retry_at = None;
+            return true;
+        }
+        false
     }
 
     /// After a reconcile: the pods the generator left waiting for images, and their pulls.
@@ -614,6 +655,8 @@ pub enum Msg {
         image: String,
         result: Result<String, String>,
     },
+    /// Pods whose start failed are due to be tried again (the loop's own timer).
+    Retry,
 }
 
 /// Logs one line to stderr, which systemd sends to the journal.
@@ -676,16 +719,24 @@ pub fn run(syncer: &mut Syncer, rx: mpsc::Receiver<Msg>) -> Result<i32, Error> {
                     if let Some(images) = syncer.images.as_mut() {
                         images.pass();
                     }
-                    continue;
+                    if !syncer.retry_due(Instant::now()) {
+                        continue;
+                    }
+                    Msg::Retry
                 }
                 Err(mpsc::RecvTimeoutError::Disconnected) => return Ok(0),
             },
         };
         let mut reconcile = false;
+        let mut reloaded = false;
         let mut reload_now = false;
         let mut handle = |msg: Msg, syncer: &mut Syncer| -> Result<Option<i32>, Error> {
             match msg {
-                Msg::Bus(Ok(Event::Reloading(false))) => reconcile = true,
+                Msg::Bus(Ok(Event::Reloading(false))) => {
+                    reconcile = true;
+                    reloaded = true;
+                }
+                Msg::Retry => reconcile = true,
                 Msg::Bus(Ok(Event::JobRemoved {
                     job, unit, result, ..
                 })) => {
@@ -695,6 +746,7 @@ pub fn run(syncer: &mut Syncer, rx: mpsc::Receiver<Msg>) -> Result<i32, Error> {
                         _ => {}
                     }
                     syncer.job_of_unit_done(&unit, &result);
+                    syncer.start_done(&unit, &result);
                 }
                 Msg::Bus(Ok(_)) => {}
                 Msg::Bus(Err(e)) => log(&format!("{e}")),
@@ -740,7 +792,9 @@ pub fn run(syncer: &mut Syncer, rx: mpsc::Receiver<Msg>) -> Result<i32, Error> {
             }
         }
         if reconcile {
-            log_refused(&syncer.opts.generator_dir);
+            if reloaded {
+                log_refused(&syncer.opts.generator_dir);
+            }
             let _ = systemd::notify::notify("STATUS=Reconciling after daemon-reload");
             match syncer.reconcile() {
                 Ok(sum) => {
@@ -762,5 +816,27 @@ pub fn run(syncer: &mut Syncer, rx: mpsc::Receiver<Msg>) -> Result<i32, Error> {
             // A reconcile is this loop's burst: what it read and built is garbage now.
             heap::release_free();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_pod_unit;
+    use crate::translate::naming;
+
+    #[test]
+    fn only_pod_units_are_retried() {
+        assert!(is_pod_unit(&naming::pod_service("default", "web")));
+        let long = "p".repeat(200);
+        assert!(is_pod_unit(&naming::pod_service("default", &long)));
+        assert!(!is_pod_unit(&naming::container_service(
+            "default", "web", "main"
+        )));
+        assert!(!is_pod_unit(&naming::container_service(
+            "default", &long, "main"
+        )));
+        assert!(!is_pod_unit(&naming::pod_slice("default", "web")));
+        assert!(!is_pod_unit("podunit-sync.service"));
+        assert!(!is_pod_unit("nginx.service"));
     }
 }

@@ -76,6 +76,37 @@ impl PrepareError {
             _ => "ContainerCreating",
         }
     }
+
+    /// The Event the kubelet posts when a pod's sync fails this way, for pod `uid`: no network
+    /// configuration is `NetworkNotReady` (the pod is not tried), a failed setup
+    /// `FailedCreatePodSandBox` with the plugin's error, as containerd words it.
+    pub fn event(&self, uid: &str) -> Option<(&'static str, String)> {
+        use crate::podstart::network::NetworkError;
+        let PrepareError::Network(e) = self else {
+            return None;
+        };
+        let (reason, message) = match e {
+            NetworkError::Config(c) => (
+                "NetworkNotReady",
+                format!(
+                    "network is not ready: container runtime network not ready: \
+                     NetworkReady=false reason:NetworkPluginNotReady message:Network plugin \
+                     returns error: {c}"
+                ),
+            ),
+            NetworkError::Plugin(p) => (
+                "FailedCreatePodSandBox",
+                format!(
+                    "Failed to create pod sandbox: failed to setup network for sandbox \"{uid}\": {p}"
+                ),
+            ),
+            other => (
+                "FailedCreatePodSandBox",
+                format!("Failed to create pod sandbox: {other}"),
+            ),
+        };
+        Some((reason, message))
+    }
 }
 
 impl From<atomicfile::Error> for PrepareError {

@@ -174,6 +174,7 @@ pub fn waiting_for_images(
         all_containers: Vec::new(),
         refused: false,
         at_us: 0,
+        event: None,
     };
     let rec = rec.unwrap_or(&fallback);
     let mut st = unspooled(&Record {
@@ -233,6 +234,7 @@ mod tests {
             all_containers: vec!["a".into(), "b".into()],
             refused: false,
             at_us: 1,
+            event: None,
         }
     }
 

@@ -54,6 +54,17 @@ pub struct Record {
     pub refused: bool,
     /// When it was written, µs since the epoch.
     pub at_us: u64,
+    /// The Event the kubelet posts about this wait, if it posts one (`FailedCreatePodSandBox`
+    /// with the plugin's error): podunit-sync posts it once per record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event: Option<EventNote>,
+}
+
+/// An Event's reason and message (the type is always Warning).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventNote {
+    pub reason: String,
+    pub message: String,
 }
 
 /// A uid as a file name: nothing but what a UID holds.
@@ -116,6 +127,12 @@ fn read_one(path: &Path) -> io::Result<Option<Record>> {
     }
 }
 
+/// The record `writer` left of pod `uid`, if any (and readable).
+pub fn read(paths: &Paths, uid: &str, writer: Writer) -> Option<Record> {
+    let rec = read_one(&path_of(paths, uid, Some(writer)).ok()?).ok()??;
+    (rec.writer == writer).then_some(rec)
+}
+
 /// Every record. A missing directory holds none; an unreadable one is an error (not root?).
 pub fn read_all(paths: &Paths) -> io::Result<Vec<Record>> {
     let dir = paths.host(DIR);
@@ -171,6 +188,7 @@ mod tests {
             all_containers: vec![],
             refused: false,
             at_us: 10,
+            event: None,
         }
     }
 

@@ -1,7 +1,9 @@
 //! `network: cni` in cluster mode, through the real API server: without a CNI configuration the
 //! Node is NotReady with the kubelet's message; with one it is Ready, a pod's `status.podIP` is
 //! the address the plugins gave it (and what its downward API sees), `kubectl exec` runs in its
-//! namespace, and `kubectl port-forward` reaches its loopback.
+//! namespace, and `kubectl port-forward` reaches its loopback. A plugin that fails is the
+//! kubelet's `FailedCreatePodSandBox` event, leaks no address, and the pod starts once the
+//! network is good, with no reload.
 
 use super::support::controlplane::{ControlPlane, NODE_KUBECONFIG};
 use super::support::nspawn::Machine;
@@ -115,4 +117,75 @@ fn cni_pods_through_a_real_apiserver() {
     let mut pf = forward_pong(&m, &cp, &diagnostics, &|| {});
     let _ = pf.kill();
     let _ = pf.wait();
+
+    // A plugin that answers ADD with garbage, chained after the bridge. It is a test double: no
+    // real plugin misbehaves on demand. A new pod's sandbox fails with the kubelet's event and
+    // the plugin named; the bridge's half-done ADD is undone (its address freed); the running
+    // pod is untouched; once the configuration is good again the pod starts at its next try.
+    m.write(
+        "/usr/lib/cni/garbage",
+        b"#!/bin/sh\n[ \"$CNI_COMMAND\" = ADD ] && echo 'this is not a CNI result'\nexit 0\n",
+    );
+    m.sh_ok("chmod 755 /usr/lib/cni/garbage && cp /etc/cni/net.d/10-podunit.conflist /root/");
+    let good = m.read_string("/root/10-podunit.conflist").unwrap();
+    let broken = good.replace("]}}]}", "]}}, {\"type\": \"garbage\"}]}");
+    assert_ne!(good, broken);
+    m.write("/etc/cni/net.d/10-podunit.conflist", broken.as_bytes());
+    let pod2: Value = serde_json::from_str(&pong_pod("pong2")).unwrap();
+    cp.kubectl_ok(&["apply", "-f", "-"], Some(&pod2.to_string()));
+    let event = m.wait_for("pong2's FailedCreatePodSandBox event", SOON, || {
+        kubectl(
+            &cp,
+            &[
+                "get",
+                "events",
+                "--field-selector",
+                "involvedObject.name=pong2,reason=FailedCreatePodSandBox",
+                "-o",
+                "jsonpath={.items[0].type}|{.items[0].message}|{.items[0].source.component}",
+            ],
+        )
+        .ok()
+        .filter(|e| !e.is_empty())
+    });
+    assert!(
+        event.starts_with(
+            "Warning|Failed to create pod sandbox: failed to setup network for sandbox \""
+        ) && event.contains(r#"plugin type="garbage""#)
+            && event.ends_with("|kubelet"),
+        "{event}"
+    );
+    let waiting = kubectl(
+        &cp,
+        &[
+            "get",
+            "pod",
+            "pong2",
+            "-o",
+            "jsonpath={.status.phase} {.status.containerStatuses[0].state.waiting.reason}",
+        ],
+    )
+    .unwrap();
+    assert_eq!(waiting, "Pending ContainerCreating");
+    let leases = m.sh_ok(&format!(
+        "ls /var/lib/cni/networks/podunit | grep '^{SUBNET}' || true"
+    ));
+    assert_eq!(leases.trim(), ip, "only pong holds an address");
+    assert_eq!(
+        kubectl(
+            &cp,
+            &["get", "pod", "pong", "-o", "jsonpath={.status.phase}"]
+        )
+        .unwrap(),
+        "Running"
+    );
+    m.write("/etc/cni/net.d/10-podunit.conflist", good.as_bytes());
+    m.wait_for("pong2 Running once the network is good", SOON, || {
+        kubectl(
+            &cp,
+            &["get", "pod", "pong2", "-o", "jsonpath={.status.podIP}"],
+        )
+        .ok()
+        .filter(|ip2| ip2.starts_with(SUBNET) && *ip2 != ip)
+    });
 }
