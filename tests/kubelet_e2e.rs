@@ -15,6 +15,8 @@ mod exec_resize;
 mod node_logs;
 #[path = "kubelet_e2e/private_network.rs"]
 mod private_network;
+#[path = "kubelet_e2e/service_env.rs"]
+mod service_env;
 #[path = "kubelet_e2e/serving_cert.rs"]
 mod serving_cert;
 #[path = "kubelet_e2e/websocket.rs"]

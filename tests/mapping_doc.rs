@@ -39,7 +39,12 @@ const SUITES: &[&str] = &[
 
 /// Whether `tests/SUITE.rs` has `#[test] fn NAME(`; None when there is no such file.
 fn suite_has_test(suite: &str, name: &str) -> Option<bool> {
-    let text = std::fs::read_to_string(format!("{TESTS}/{suite}.rs")).ok()?;
+    // `module::test`: a case in the suite's own folder (tests/<suite>/<module>.rs).
+    let (file, name) = match name.rsplit_once("::") {
+        Some((module, test)) => (format!("{TESTS}/{suite}/{module}.rs"), test),
+        None => (format!("{TESTS}/{suite}.rs"), name),
+    };
+    let text = std::fs::read_to_string(file).ok()?;
     let lines: Vec<&str> = text.lines().collect();
     Some(lines.iter().enumerate().any(|(i, l)| {
         l.trim_start().starts_with(&format!("fn {name}("))
@@ -429,4 +434,13 @@ fn suite_lookup_finds_only_tests() {
         "not a #[test]"
     );
     assert_eq!(suite_has_test("no_such_suite", "x"), None);
+    assert_eq!(
+        suite_has_test(
+            "kubelet_e2e",
+            "cni_network::cni_pods_through_a_real_apiserver"
+        ),
+        Some(true),
+        "a case in the suite's folder"
+    );
+    assert_eq!(suite_has_test("kubelet_e2e", "no_such_module::x"), None);
 }

@@ -26,6 +26,7 @@ mod node_loop;
 mod post_status;
 pub mod probes;
 mod refs;
+mod services;
 pub mod spool;
 mod state;
 mod termination;
@@ -75,6 +76,12 @@ pub fn run(
     {
         let (c, cfg, s, tx) = (client.clone(), cfg.clone(), shared.clone(), tx.clone());
         threads.push(std::thread::spawn(move || watch_loop(c, cfg, s, tx)));
+    }
+    {
+        let (c, cfg, s) = (client.clone(), cfg.clone(), shared.clone());
+        threads.push(std::thread::spawn(move || {
+            services::services_loop(c, cfg, s)
+        }));
     }
     {
         let (u, s) = (units.clone(), shared.clone());

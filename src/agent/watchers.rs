@@ -1,6 +1,6 @@
-//! The two watchers that feed the worker: the pod watcher (list and watch this node's pods,
+//! The watchers that feed the worker: the pod watcher (list and watch this node's pods,
 //! resuming from the last resourceVersion, re-listing on 410 Gone) and the unit watcher (systemd's
-//! change notifications).
+//! change notifications); [`list_watch`] is the API side of any of them.
 
 use super::context::{AgentConfig, Shared, log, nap};
 use crate::agent::units::{Changes, Units};
@@ -29,8 +29,44 @@ pub enum Msg {
 
 /// Lists and watches this node's pods until stopped.
 pub fn watch_loop(client: Client, cfg: AgentConfig, shared: Arc<Shared>, tx: Sender<Msg>) {
-    let path = client::path::<Pod>(None, None);
     let selector = format!("spec.nodeName={}", cfg.node_name);
+    let list_tx = tx.clone();
+    list_watch::<Pod>(
+        &client,
+        &cfg,
+        &shared,
+        Some(selector),
+        "pods",
+        |items| list_tx.send(Msg::Sync(items)).is_ok(),
+        |ev| {
+            let msg = match ev {
+                Event::Added(p) | Event::Modified(p) => Msg::Upsert(Box::new(p)),
+                Event::Deleted(p) => Msg::Deleted(Box::new(p)),
+                Event::Bookmark(_) => return true,
+            };
+            tx.send(msg).is_ok()
+        },
+    );
+}
+
+/// Lists and watches objects of kind `K` (all namespaces; `selector`: a field selector) until
+/// stopped or a callback returns false: `on_list` gets every complete list (objects not in it are
+/// gone), `on_event` every change after it. Resumes from the last resourceVersion, lists again
+/// on 410 Gone.
+pub fn list_watch<K>(
+    client: &Client,
+    cfg: &AgentConfig,
+    shared: &Shared,
+    selector: Option<String>,
+    what: &str,
+    mut on_list: impl FnMut(Vec<K>) -> bool,
+    mut on_event: impl FnMut(Event<K>) -> bool,
+) where
+    K: k8s_openapi::ListableResource
+        + k8s_openapi::Metadata<Ty = k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>
+        + serde::de::DeserializeOwned,
+{
+    let path = client::path::<K>(None, None);
     let mut backoff = Backoff::with_time_seed(
         Duration::from_millis(500),
         Duration::from_secs(cfg.timing.max_backoff_seconds.max(1)),
@@ -39,20 +75,20 @@ pub fn watch_loop(client: Client, cfg: AgentConfig, shared: Arc<Shared>, tx: Sen
     while !shared.stopping() {
         if rv.is_none() {
             let params = ListParams {
-                field_selector: Some(selector.clone()),
+                field_selector: selector.clone(),
                 ..Default::default()
             };
-            match client.list::<Pod>(&path, &params) {
+            match client.list::<K>(&path, &params) {
                 Ok(list) => {
                     backoff.reset();
                     rv = list.metadata.resource_version.clone();
-                    if tx.send(Msg::Sync(list.items)).is_err() {
+                    if !on_list(list.items) {
                         return;
                     }
                 }
                 Err(e) => {
-                    log(format!("listing pods: {e}"));
-                    if !nap(&shared, backoff.next_delay()) {
+                    log(format!("listing {what}: {e}"));
+                    if !nap(shared, backoff.next_delay()) {
                         return;
                     }
                     continue;
@@ -64,21 +100,21 @@ pub fn watch_loop(client: Client, cfg: AgentConfig, shared: Arc<Shared>, tx: Sen
         // API server is retried ever more slowly, up to cluster.maxBackoffSeconds.
         let timeout = 300 + backoff.jitter(Duration::from_secs(300)).as_secs() as u32;
         let params = ListParams {
-            field_selector: Some(selector.clone()),
+            field_selector: selector.clone(),
             resource_version: rv.clone(),
             allow_watch_bookmarks: true,
             timeout_seconds: Some(timeout),
             ..Default::default()
         };
-        let stream = match client.watch::<Pod>(&path, &params) {
+        let stream = match client.watch::<K>(&path, &params) {
             Ok(s) => s,
             Err(e) if e.is_gone() => {
                 rv = None;
                 continue;
             }
             Err(e) => {
-                log(format!("watching pods: {e}"));
-                if !nap(&shared, backoff.next_delay()) {
+                log(format!("watching {what}: {e}"));
+                if !nap(shared, backoff.next_delay()) {
                     return;
                 }
                 continue;
@@ -92,35 +128,33 @@ pub fn watch_loop(client: Client, cfg: AgentConfig, shared: Arc<Shared>, tx: Sen
             if ev.is_ok() {
                 backoff.reset();
             }
-            let msg = match ev {
+            let ev = match ev {
                 Ok(Event::Bookmark(v)) => {
                     rv = Some(v);
                     continue;
                 }
-                Ok(Event::Added(p) | Event::Modified(p)) => {
-                    rv = p.metadata.resource_version.clone().or(rv);
-                    Msg::Upsert(Box::new(p))
-                }
-                Ok(Event::Deleted(p)) => {
-                    rv = p.metadata.resource_version.clone().or(rv);
-                    Msg::Deleted(Box::new(p))
+                Ok(ev @ (Event::Added(_) | Event::Modified(_) | Event::Deleted(_))) => {
+                    if let Event::Added(o) | Event::Modified(o) | Event::Deleted(o) = &ev {
+                        rv = o.metadata().resource_version.clone().or(rv);
+                    }
+                    ev
                 }
                 Err(e) if e.is_gone() => {
-                    log("watch expired (410 Gone); listing again");
+                    log(format!("watch of {what} expired (410 Gone); listing again"));
                     rv = None;
                     break;
                 }
                 Err(e) => {
-                    log(format!("watch ended: {e}"));
+                    log(format!("watch of {what} ended: {e}"));
                     break;
                 }
             };
             got_any = true;
-            if tx.send(msg).is_err() {
+            if !on_event(ev) {
                 return;
             }
         }
-        if !got_any && rv.is_some() && !nap(&shared, backoff.next_delay()) {
+        if !got_any && rv.is_some() && !nap(shared, backoff.next_delay()) {
             return;
         }
     }

@@ -60,6 +60,10 @@ impl Paths {
     /// Service account tokens podunit-sync requested, by pod UID: kept apart from the pod's
     /// runtime directory, which `pod-cleanup` empties whenever the pod stops.
     pub const TOKENS: &'static str = "/run/podunit/tokens";
+    /// The cluster's Services as podunit-sync last saw them (cluster mode), for the environment
+    /// the kubelet gives containers (`KUBERNETES_SERVICE_HOST`, ...): written by the node agent,
+    /// read by `pod-prepare`.
+    pub const SERVICES: &'static str = "/var/lib/podunit/services.json";
     /// The local image store: `<store>/<escaped reference>/` holds a root filesystem or an image file.
     pub const IMAGES: &'static str = "/var/lib/podunit/images";
     /// Pulled images: content-addressed blobs, unpacked layers, name records (docs/images.md).

@@ -419,6 +419,7 @@ pub fn node_setup_with_policy(
     node.cluster_domain = config.cluster_domain().to_string();
     node.restart_steps = config.restart_backoff_steps;
     node.podunit_bin = podunit_bin(paths);
+    node.service_env = config.kubeconfig.is_some();
     node.labels =
         crate::manifest::admission::host_node_labels(&node.node_name, &config.node_labels);
     let images = FsImages {

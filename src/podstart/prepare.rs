@@ -8,6 +8,7 @@ use crate::common::paths::Paths;
 use crate::escape;
 use crate::manifest::Catalog;
 use crate::translate::plan::{EnvEntry, EnvFilePlan, FileSource, PodPlan, VolumeKind, VolumePlan};
+use crate::translate::service_env::{self, ServiceRef};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::fs;
@@ -205,8 +206,17 @@ pub fn prepare(
     if !plan.env_files.is_empty() {
         mkdir(&runtime.join("env"), 0o700)?;
     }
+    let services = if plan.env_files.iter().any(|f| {
+        f.entries
+            .iter()
+            .any(|e| matches!(e, EnvEntry::Services { .. }))
+    }) {
+        read_services(paths)
+    } else {
+        Vec::new()
+    };
     for f in &plan.env_files {
-        let text = env_file(plan, catalog, f, &ips)?;
+        let text = env_file(plan, catalog, f, &ips, &services)?;
         let opts = atomicfile::Options::new(0o600).owner(0, 0);
         atomicfile::write(&paths.host(&f.path), text.as_bytes(), opts)?;
     }
@@ -640,12 +650,22 @@ struct Ips<'a> {
     pod: &'a [String],
 }
 
+/// The Services podunit-sync last saw; none before it wrote them (or when they cannot be read:
+/// the kubelet, too, starts a container without them when its informer has none yet).
+fn read_services(paths: &Paths) -> Vec<ServiceRef> {
+    std::fs::read(paths.host(Paths::SERVICES))
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default()
+}
+
 /// The text of one env file: Kubernetes order (later wins), `$(VAR)` expanded over what came before.
 fn env_file(
     plan: &PodPlan,
     catalog: &Catalog,
     f: &EnvFilePlan,
     ips: &Ips<'_>,
+    services: &[ServiceRef],
 ) -> Result<String, PrepareError> {
     let mut vars: Vec<(String, String)> = Vec::new();
     let set = |vars: &mut Vec<(String, String)>, k: String, v: String| {
@@ -655,6 +675,11 @@ fn env_file(
     for e in &f.entries {
         match e {
             EnvEntry::Value { name, value } => set(&mut vars, name.clone(), value.clone()),
+            EnvEntry::Services { links } => {
+                for (k, v) in service_env::env(services, &plan.namespace, *links) {
+                    set(&mut vars, k, v);
+                }
+            }
             EnvEntry::HostIp { name } => set(&mut vars, name.clone(), ips.node.to_string()),
             EnvEntry::PodIp { name, all } => {
                 let v = if *all {

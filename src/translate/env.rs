@@ -237,6 +237,19 @@ pub fn container_env(
     let mut entries: Vec<EnvEntry> = Vec::new();
     let mut runtime = false;
     let mut env = ContainerEnv::default();
+    if node.service_env {
+        // Known only at start; any `$(NAME)` may be one of them (the kubelet's expansion looks
+        // in the Services' variables last).
+        entries.push(EnvEntry::Services {
+            links: pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.enable_service_links)
+                .unwrap_or(true),
+        });
+        runtime = true;
+        env.open = true;
+    }
     for ef in ctr.env_from.as_deref().unwrap_or_default() {
         let prefix = ef.prefix.clone().unwrap_or_default();
         let (secret, name, optional) = match (&ef.config_map_ref, &ef.secret_ref) {

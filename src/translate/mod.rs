@@ -11,6 +11,7 @@ pub mod network;
 pub mod plan;
 pub mod resources;
 pub mod security;
+pub mod service_env;
 pub mod unit;
 pub mod volumes;
 
@@ -69,6 +70,8 @@ pub struct NodeFacts {
     pub podunit_bin: String,
     /// The labels of this node's Node object, which `nodeSelector` and node affinity must match.
     pub labels: std::collections::BTreeMap<String, String>,
+    /// Cluster mode: containers get the Services' environment at start ([`service_env`]).
+    pub service_env: bool,
 }
 
 impl Default for NodeFacts {
@@ -84,6 +87,7 @@ impl Default for NodeFacts {
             restart_steps: false,
             podunit_bin: Paths::PODUNIT_BIN.to_string(),
             labels: crate::manifest::admission::host_node_labels("localhost", &Default::default()),
+            service_env: false,
         }
     }
 }

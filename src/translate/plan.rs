@@ -284,6 +284,9 @@ pub enum EnvEntry {
         prefix: String,
         optional: bool,
     },
+    /// The Services' variables (cluster mode), first and so overridden by everything after:
+    /// `links` is the pod's `enableServiceLinks`.
+    Services { links: bool },
     /// A value with `$(VAR)` references to runtime values, expanded at start.
     Template { name: String, template: String },
     /// The node's IP (status.hostIP, status.hostIPs).
