@@ -378,6 +378,7 @@ fn a_forbidden_configmap_read_is_retried_with_backoff() {
         "real-api-403",
         Options {
             authorization: "RBAC".into(),
+            ..Options::default()
         },
     );
     // What the Node authorizer would grant, from the system:node role, except ConfigMaps.

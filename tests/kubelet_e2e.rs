@@ -11,6 +11,8 @@ mod support;
 mod cni_network;
 #[path = "kubelet_e2e/exec_resize.rs"]
 mod exec_resize;
+#[path = "kubelet_e2e/kube_proxy.rs"]
+mod kube_proxy;
 #[path = "kubelet_e2e/node_logs.rs"]
 mod node_logs;
 #[path = "kubelet_e2e/private_network.rs"]

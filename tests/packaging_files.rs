@@ -49,9 +49,19 @@ fn every_source_exists() {
 #[test]
 fn every_shipped_source_file_is_listed() {
     let listed: BTreeSet<String> = manifest().into_iter().filter_map(|e| e.source).collect();
-    for dir in ["examples", "packaging/systemd", "packaging/tmpfiles.d"] {
-        for f in std::fs::read_dir(repo().join(dir)).unwrap() {
-            let rel = format!("{dir}/{}", f.unwrap().file_name().to_string_lossy());
+    let mut dirs = vec![
+        "examples".to_string(),
+        "packaging/systemd".into(),
+        "packaging/tmpfiles.d".into(),
+    ];
+    while let Some(dir) = dirs.pop() {
+        for f in std::fs::read_dir(repo().join(&dir)).unwrap() {
+            let f = f.unwrap();
+            let rel = format!("{dir}/{}", f.file_name().to_string_lossy());
+            if f.file_type().unwrap().is_dir() {
+                dirs.push(rel);
+                continue;
+            }
             assert!(listed.contains(&rel), "{rel} is not in packaging/files.tsv");
         }
     }

@@ -80,6 +80,9 @@ enum Stop {
 struct Run {
     started_us: u64,
     main_pid: u32,
+    /// Where probes and hooks with no `host` connect: the address CNI gave the pod when it
+    /// started (`network: cni`), else the node's.
+    pod_ip: String,
     probing: Container,
     stop: Option<Stop>,
 }
@@ -100,7 +103,9 @@ struct Tracked {
 struct Runner {
     client: Arc<Client>,
     podunit: String,
+    /// The node's address: pods on the host network have it.
     pod_ip: String,
+    paths: Paths,
     generator_dir: PathBuf,
     results_path: PathBuf,
     sink: Box<dyn Sink>,
@@ -138,6 +143,7 @@ pub fn spawn(paths: &Paths, sink: Box<dyn Sink>) -> Handle {
     let h = handle.clone();
     let generator_dir = paths.host(output::GENERATOR_DIR);
     let results_path = paths.host(RESULTS_FILE);
+    let paths = paths.clone();
     std::thread::spawn(move || {
         let client = match Client::system() {
             Ok(c) => Arc::new(c),
@@ -166,6 +172,7 @@ pub fn spawn(paths: &Paths, sink: Box<dyn Sink>) -> Handle {
             client,
             podunit: podunit_bin(),
             pod_ip: crate::podstart::prepare::node_ip(),
+            paths,
             generator_dir,
             results_path,
             sink,
@@ -304,9 +311,14 @@ impl Runner {
             let started = now.saturating_sub(age_ms);
             // Spread the first probes of containers found already running over a period.
             let jitter = u64::from(st.exec_main_start_us.wrapping_mul(2654435761) as u32);
+            let runtime_dir = crate::common::text::concat(&[Paths::RUNTIME, "/", &t.uid]);
+            let pod_ip = crate::podstart::network::recorded_ips(&self.paths, &runtime_dir)
+                .and_then(|ips| ips.into_iter().next())
+                .unwrap_or_else(|| self.pod_ip.clone());
             t.run = Some(Run {
                 started_us: st.exec_main_start_us,
                 main_pid: st.main_pid,
+                pod_ip,
                 probing: Container::new(&t.probes, started, now, jitter),
                 stop: None,
             });
@@ -358,7 +370,7 @@ impl Runner {
 
     fn start_due(&mut self) {
         let now = self.now();
-        let mut due: Vec<(String, u64, Kind, Probe)> = Vec::new();
+        let mut due: Vec<(String, u64, Kind, Probe, String)> = Vec::new();
         for (unit, t) in &mut self.units {
             let Some(r) = t.run.as_mut() else {
                 continue;
@@ -367,15 +379,15 @@ impl Runner {
                 continue;
             }
             for (kind, probe) in r.probing.take_due(now) {
-                due.push((unit.clone(), r.started_us, kind, probe));
+                due.push((unit.clone(), r.started_us, kind, probe, r.pod_ip.clone()));
             }
         }
-        for (unit, run, kind, probe) in due {
+        for (unit, run, kind, probe, pod_ip) in due {
             if !self.in_flight.insert((unit.clone(), kind)) {
                 continue; // the last one still runs: this tick is skipped, as in the kubelet
             }
             let (client, tx) = (self.client.clone(), self.tx.clone());
-            let (podunit, pod_ip) = (self.podunit.clone(), self.pod_ip.clone());
+            let podunit = self.podunit.clone();
             let spawned = std::thread::Builder::new()
                 .name("probe".into())
                 .stack_size(256 * 1024)
@@ -454,7 +466,7 @@ impl Runner {
                 grace_s: grace,
             });
         }
-        let run = r.started_us;
+        let (run, pod_ip) = (r.started_us, r.pod_ip.clone());
         let restarts = t.restart != "no";
         let message = format!(
             "Container {} failed {which} probe{}",
@@ -466,7 +478,7 @@ impl Runner {
         self.sink
             .event(&pod, &container, "Normal", "Killing", &message);
         match hook {
-            Some(h) => self.spawn_pre_stop(unit, run, h, grace),
+            Some(h) => self.spawn_pre_stop(unit, run, &pod_ip, h, grace),
             None => self.term(unit, kill::after_hook(grace, None)),
         }
     }
@@ -476,11 +488,12 @@ impl Runner {
         &mut self,
         unit: &str,
         run: u64,
+        pod_ip: &str,
         hook: crate::probe::hook::Hook,
         grace_s: u64,
     ) {
         let (client, tx) = (self.client.clone(), self.tx.clone());
-        let (podunit, pod_ip, u) = (self.podunit.clone(), self.pod_ip.clone(), unit.to_string());
+        let (podunit, pod_ip, u) = (self.podunit.clone(), pod_ip.to_string(), unit.to_string());
         let spawned = std::thread::Builder::new()
             .name("prestop".into())
             .stack_size(256 * 1024)

@@ -209,6 +209,9 @@ pub struct ContainerEnv {
     bindings: BTreeMap<String, Binding>,
     /// envFrom may bind any name at start: unknown `$(NAME)`s are then runtime references.
     open: bool,
+    /// The Services' variables are set at start (cluster mode): unknown `$(NAME)`s of their
+    /// shape are runtime references.
+    services: bool,
 }
 
 impl ContainerEnv {
@@ -216,6 +219,10 @@ impl ContainerEnv {
         match self.bindings.get(name) {
             Some(b) => Some(b.clone()),
             None if self.open => Some(Binding::Runtime),
+            // A Service's variable, set at start; `$(date)` in a shell command stays as written.
+            None if self.services && super::service_env::may_be_service_var(name) => {
+                Some(Binding::Runtime)
+            }
             None => None,
         }
     }
@@ -238,8 +245,7 @@ pub fn container_env(
     let mut runtime = false;
     let mut env = ContainerEnv::default();
     if node.service_env {
-        // Known only at start; any `$(NAME)` may be one of them (the kubelet's expansion looks
-        // in the Services' variables last).
+        // Known only at start (the kubelet's expansion looks in them last).
         entries.push(EnvEntry::Services {
             links: pod
                 .spec
@@ -248,7 +254,7 @@ pub fn container_env(
                 .unwrap_or(true),
         });
         runtime = true;
-        env.open = true;
+        env.services = true;
     }
     for ef in ctr.env_from.as_deref().unwrap_or_default() {
         let prefix = ef.prefix.clone().unwrap_or_default();
@@ -456,6 +462,48 @@ mod tests {
                 Piece::Var("S".into()),
                 Piece::Text("post".into())
             ]
+        );
+    }
+
+    #[test]
+    fn services_env_makes_unknown_names_runtime_but_not_shell_substitutions() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "team-a"},
+            "spec": {"enableServiceLinks": false, "containers": [{"name": "c"}]}
+        }))
+        .unwrap();
+        let ctr: Container = serde_json::from_value(serde_json::json!({
+            "name": "c",
+            "env": [{"name": "OWN", "value": "mine"}]
+        }))
+        .unwrap();
+        let node = NodeFacts {
+            service_env: true,
+            ..NodeFacts::default()
+        };
+        let env = container_env(&pod, &ctr, &node, "/run/x.env", "spec.containers[0]").unwrap();
+        let file = env
+            .file
+            .as_ref()
+            .expect("an env file for the Services' variables");
+        assert_eq!(file.entries[0], EnvEntry::Services { links: false });
+        assert_eq!(file.overridden, ["OWN"], "the pod's own value wins");
+        let arg = env.expand_arg("$(seq 3) $(hostname) $(DB_SERVICE_HOST) $(OWN) $(DB_PORT)");
+        assert_eq!(
+            arg.0,
+            vec![
+                Piece::Text("$(seq 3) $(hostname) ".into()),
+                Piece::Var("DB_SERVICE_HOST".into()),
+                Piece::Text(" mine ".into()),
+                Piece::Var("DB_PORT".into()),
+            ]
+        );
+        // Local mode: no file, nothing at runtime.
+        let local = container_env(&pod, &ctr, &NodeFacts::default(), "/run/x.env", "p").unwrap();
+        assert!(local.file.is_none());
+        assert_eq!(
+            local.expand_arg("$(DB_SERVICE_HOST)").0,
+            vec![Piece::Text("$(DB_SERVICE_HOST)".into())]
         );
     }
 

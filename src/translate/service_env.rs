@@ -59,6 +59,19 @@ pub fn env(services: &[ServiceRef], namespace: &str, links: bool) -> Vec<(String
     out.into_iter().collect()
 }
 
+/// Whether `name` has the shape of a Service's variable (`<NAME>_SERVICE_HOST`,
+/// `<NAME>_SERVICE_PORT[_<PORT NAME>]`, `<NAME>_PORT[_<n>_<PROTO>[_PROTO|_PORT|_ADDR]]`): a
+/// `$(NAME)` of that shape is expanded when the container starts, any other unknown one stays as
+/// written (`$(hostname)` in a shell command).
+pub fn may_be_service_var(name: &str) -> bool {
+    name.bytes()
+        .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+        && (name.ends_with("_SERVICE_HOST")
+            || name.contains("_SERVICE_PORT")
+            || name.ends_with("_PORT")
+            || name.contains("_PORT_"))
+}
+
 fn var_name(s: &str) -> String {
     s.replace('-', "_").to_uppercase()
 }
@@ -122,6 +135,25 @@ mod tests {
 
     fn names(v: &[(String, String)]) -> Vec<&str> {
         v.iter().map(|(k, _)| k.as_str()).collect()
+    }
+
+    #[test]
+    fn every_variable_made_has_the_shape_and_shell_words_do_not() {
+        let all = [
+            svc("default", "kubernetes", "10.0.0.1", &[("https", 443, "")]),
+            svc(
+                "team-a",
+                "my-db",
+                "10.0.0.7",
+                &[("", 5432, ""), ("m-1", 9187, "UDP")],
+            ),
+        ];
+        for (k, _) in env(&all, "team-a", true) {
+            assert!(may_be_service_var(&k), "{k}");
+        }
+        for k in ["hostname", "date", "HOME", "POD_NAME", "PATH", "MY_SERVICE"] {
+            assert!(!may_be_service_var(k), "{k}");
+        }
     }
 
     #[test]

