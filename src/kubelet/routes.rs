@@ -74,11 +74,7 @@ fn reply(stream: &mut Tls, req: &Request, status: u16, ctype: &str, body: &[u8])
 
 fn sample(state: &State) -> stats::Sample {
     let cg = stats::Cgroups::detect(&state.paths.host("/sys/fs/cgroup"));
-    stats::sample(
-        &cg,
-        generated_pods(state),
-        &state.paths.host(crate::common::paths::Paths::STATE),
-    )
+    stats::sample(&cg, generated_pods(state), &state.paths)
 }
 
 /// The pods bound to this node, as the spool has them.

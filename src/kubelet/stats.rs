@@ -1,8 +1,10 @@
 //! `/stats/summary` and `/metrics/resource`: CPU and memory from the pods' cgroups (v2, or the
 //! v1 `cpuacct` and `memory` hierarchies), the node's from its root cgroup and /proc/meminfo, the
-//! volumes' filesystem use from their directories. Working set is usage less inactive file pages,
+//! volumes' filesystem use from their directories, a pod's network counters from its own network
+//! namespace (`/proc/<pid>/net/dev` of one of its processes). Working set is usage less inactive file pages,
 //! as cAdvisor counts it.
 
+use crate::common::paths::Paths;
 use crate::generate::output::GeneratedPod;
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -168,6 +170,62 @@ impl Cgroups {
     }
 }
 
+impl Cgroups {
+    /// A process in the cgroup at `rel` (itself, not below), if any.
+    pub fn a_process(&self, rel: &str) -> Option<u32> {
+        let dirs = match self {
+            Cgroups::V2(root) => vec![root.join(rel)],
+            Cgroups::V1 {
+                unified, memory, ..
+            } => vec![unified.join(rel), memory.join(rel)],
+        };
+        dirs.iter().find_map(|d| {
+            std::fs::read_to_string(d.join("cgroup.procs"))
+                .ok()?
+                .lines()
+                .find_map(|l| l.trim().parse().ok())
+        })
+    }
+}
+
+/// One network interface's counters.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NetDev {
+    pub name: String,
+    pub rx_bytes: u64,
+    pub rx_errors: u64,
+    pub tx_bytes: u64,
+    pub tx_errors: u64,
+}
+
+/// The interfaces of `/proc/<pid>/net/dev` (two header lines, then `name: ` and 8 receive and 8
+/// transmit counters), loopback left out as cAdvisor leaves it out.
+pub fn net_dev(text: &str) -> Vec<NetDev> {
+    text.lines()
+        .skip(2)
+        .filter_map(|l| {
+            let (name, rest) = l.split_once(':')?;
+            let name = name.trim();
+            let f: Vec<u64> = rest
+                .split_whitespace()
+                .map(|n| n.parse().unwrap_or(0))
+                .collect();
+            (name != "lo" && f.len() >= 16).then(|| NetDev {
+                name: name.to_string(),
+                rx_bytes: f[0],
+                rx_errors: f[2],
+                tx_bytes: f[8],
+                tx_errors: f[10],
+            })
+        })
+        .collect()
+}
+
+/// The interfaces of a pod's network namespace, read through one of its processes (`pid`).
+fn pod_network(pid: u32) -> Vec<NetDev> {
+    net_dev(&std::fs::read_to_string(format!("/proc/{pid}/net/dev")).unwrap_or_default())
+}
+
 /// The cgroup of a pod (its slice) and of one of its units, relative to the cgroup root.
 pub fn pod_cgroup(slice: &str) -> String {
     format!("podunit.slice/{slice}")
@@ -265,6 +323,8 @@ pub struct PodStats {
     pub containers: Vec<(String, i64, Usage)>,
     /// (volume name, used bytes, used inodes, fs capacity, fs available, fs inodes, fs inodes free)
     pub volumes: Vec<(String, u64, u64, u64, u64, u64, u64)>,
+    /// The interfaces of its network namespace, when it has one of its own.
+    pub network: Vec<NetDev>,
 }
 
 /// Everything the summary and the metrics are made of.
@@ -276,9 +336,11 @@ pub struct Sample {
     pub time: i64,
 }
 
-/// Reads the node's and the pods' numbers. `volume_base` is the pods' state directory
-/// (`<uid>/volumes/<name>` below it).
-pub fn sample(cg: &Cgroups, pods: Vec<GeneratedPod>, volume_base: &Path) -> Sample {
+/// Reads the node's and the pods' numbers: volumes below the pods' state directories
+/// (`<uid>/volumes/<name>`), network counters of the pods CNI attached (on the host network the
+/// node's counters are not the pod's).
+pub fn sample(cg: &Cgroups, pods: Vec<GeneratedPod>, paths: &Paths) -> Sample {
+    let volume_base = paths.host(Paths::STATE);
     let mut node = cg.usage("").unwrap_or_default();
     let node_memory = node_memory(&std::fs::read_to_string("/proc/meminfo").unwrap_or_default());
     node.memory_bytes = node_memory.2;
@@ -306,6 +368,17 @@ pub fn sample(cg: &Cgroups, pods: Vec<GeneratedPod>, volume_base: &Path) -> Samp
                 Some((c.name.clone(), cg.started(&r)?, cg.usage(&r)?))
             })
             .collect();
+        let attached = pod.uid.as_deref().is_some_and(|uid| {
+            let runtime_dir = crate::common::text::concat(&[Paths::RUNTIME, "/", uid]);
+            crate::podstart::network::recorded_ips(paths, &runtime_dir).is_some()
+        });
+        let network = pod
+            .containers
+            .iter()
+            .filter(|_| attached)
+            .find_map(|c| cg.a_process(&format!("{rel}/{}", c.unit)))
+            .map(pod_network)
+            .unwrap_or_default();
         let mut volumes = Vec::new();
         if let Some(uid) = &pod.uid {
             let dir = volume_base.join(uid).join("volumes");
@@ -331,6 +404,7 @@ pub fn sample(cg: &Cgroups, pods: Vec<GeneratedPod>, volume_base: &Path) -> Samp
             usage,
             containers,
             volumes,
+            network,
         });
     }
     Sample {
@@ -340,6 +414,20 @@ pub fn sample(cg: &Cgroups, pods: Vec<GeneratedPod>, volume_base: &Path) -> Samp
         pods: out,
         time: now_secs(),
     }
+}
+
+/// The kubelet's NetworkStats: the default interface (`eth0`, as the kubelet's CRI stats name
+/// it) inline, and every interface in `interfaces`.
+fn network_json(ifs: &[NetDev], time: &str) -> Option<Value> {
+    let one = |i: &NetDev| {
+        json!({"name": i.name, "rxBytes": i.rx_bytes, "rxErrors": i.rx_errors,
+            "txBytes": i.tx_bytes, "txErrors": i.tx_errors})
+    };
+    let default = ifs.iter().find(|i| i.name == "eth0").or(ifs.first())?;
+    let mut v = one(default);
+    v["time"] = json!(time);
+    v["interfaces"] = ifs.iter().map(one).collect();
+    Some(v)
 }
 
 /// The kubelet's `stats/v1alpha1` Summary.
@@ -369,7 +457,7 @@ pub fn summary(node_name: &str, s: &Sample, rates: &CpuRates) -> Value {
                 })
                 .collect();
             let rate = rates.rate(&key.to_string(), p.usage.cpu_ns);
-            json!({
+            let mut pod = json!({
                 "podRef": {"name": key.name, "namespace": key.namespace,
                     "uid": p.pod.uid.clone().unwrap_or_default()},
                 "startTime": rfc3339(p.started),
@@ -377,7 +465,11 @@ pub fn summary(node_name: &str, s: &Sample, rates: &CpuRates) -> Value {
                 "cpu": cpu_json(&p.usage, rate, &time),
                 "memory": memory_json(&p.usage, &time),
                 "volume": volumes,
-            })
+            });
+            if let Some(net) = network_json(&p.network, &time) {
+                pod["network"] = net;
+            }
+            pod
         })
         .collect();
     let (_, available, _, _) = s.node_memory;
@@ -546,9 +638,35 @@ mod tests {
                 usage: u,
                 containers: vec![("main".into(), 0, u)],
                 volumes: vec![("data".into(), 4096, 2, 10, 5, 100, 50)],
+                network: net_dev(NET_DEV),
             }],
             time: 1_700_000_000,
         }
+    }
+
+    const NET_DEV: &str = "Inter-|   Receive                                                |  Transmit
+ face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed
+    lo:     640       8    0    0    0     0          0         0      640       8    0    0    0     0       0          0
+  eth0:    1496      12    1    0    0     0          0         0      866       9    2    0    0     0       0          0
+";
+
+    #[test]
+    fn net_dev_counters_without_loopback() {
+        assert_eq!(
+            net_dev(NET_DEV),
+            vec![NetDev {
+                name: "eth0".into(),
+                rx_bytes: 1496,
+                rx_errors: 1,
+                tx_bytes: 866,
+                tx_errors: 2
+            }]
+        );
+        assert!(net_dev("").is_empty());
+        assert!(
+            net_dev("a\nb\n  eth0: 1 2 3\n").is_empty(),
+            "short lines are no interface"
+        );
     }
 
     #[test]
@@ -567,6 +685,10 @@ mod tests {
         assert_eq!(p["volume"][0]["name"], "data");
         assert_eq!(p["volume"][0]["usedBytes"], 4096);
         assert_eq!(p["containers"][0]["cpu"]["time"], "2023-11-14T22:13:20Z");
+        assert_eq!(p["network"]["name"], "eth0");
+        assert_eq!(p["network"]["rxBytes"], 1496);
+        assert_eq!(p["network"]["txErrors"], 2);
+        assert_eq!(p["network"]["interfaces"][0]["txBytes"], 866);
     }
 
     #[test]

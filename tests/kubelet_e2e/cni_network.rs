@@ -118,6 +118,34 @@ fn cni_pods_through_a_real_apiserver() {
     let _ = pf.kill();
     let _ = pf.wait();
 
+    // /stats/summary: the pod's network counters are its eth0's, from its own namespace.
+    let summary: Value = serde_json::from_str(
+        &kubectl(
+            &cp,
+            &[
+                "get",
+                "--raw",
+                &format!("/api/v1/nodes/{NODE}/proxy/stats/summary"),
+            ],
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let stats = summary["pods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["podRef"]["name"] == "pong")
+        .unwrap_or_else(|| panic!("pong in {summary}"))
+        .clone();
+    let net = &stats["network"];
+    assert_eq!(net["name"], "eth0", "{stats}");
+    assert!(
+        net["rxBytes"].as_u64().unwrap_or(0) > 0 && net["txBytes"].as_u64().unwrap_or(0) > 0,
+        "{net}"
+    );
+    assert_eq!(net["interfaces"].as_array().map(Vec::len), Some(1), "{net}");
+
     // A plugin that answers ADD with garbage, chained after the bridge. It is a test double: no
     // real plugin misbehaves on demand. A new pod's sandbox fails with the kubelet's event and
     // the plugin named; the bridge's half-done ADD is undone (its address freed); the running
