@@ -345,3 +345,64 @@ fn sorted(v: &[&String]) -> Vec<String> {
     v.sort();
     v
 }
+
+/// A plugin that never answers (a test double: no real plugin hangs on demand), chained after
+/// the bridge: the pod's start is bounded (the plugin and what it started are killed after 60 s),
+/// the pod waits saying so, the bridge's half-done ADD is undone (no address leaks), a running
+/// pod keeps serving, and the pod starts by itself once the configuration is good again.
+#[test]
+fn a_plugin_that_hangs_is_killed_and_leaks_nothing() {
+    let m = Machine::boot("network-hang");
+    m.write("/etc/podunit/config.yaml", b"network: cni\n");
+    m.write("/etc/cni/net.d/10-podunit.conflist", conflist().as_bytes());
+    m.write("/etc/pods.d/a.yaml", web("web-a", 18080).as_bytes());
+    start_sync(&m);
+    start_pods(&m);
+    wait_state(&m, &ctr_unit(NS, "web-a", "main"), &["active"]);
+    let ip_a = status_ip(&m, "web-a");
+
+    m.write(
+        "/usr/lib/cni/hang",
+        b"#!/bin/sh\n[ \"$CNI_COMMAND\" = ADD ] && exec sleep 100000\nexit 0\n",
+    );
+    m.sh_ok("chmod 755 /usr/lib/cni/hang");
+    let hanging = conflist().replace(
+        "{\"type\": \"portmap\"",
+        "{\"type\": \"hang\"}, {\"type\": \"portmap\"",
+    );
+    assert_ne!(hanging, conflist());
+    m.write("/etc/cni/net.d/10-podunit.conflist", hanging.as_bytes());
+    m.write("/etc/pods.d/h.yaml", web("web-h", 18084).as_bytes());
+    m.daemon_reload();
+    let detail = m.wait_for(
+        "web-h to say its plugin was killed",
+        std::time::Duration::from_secs(120),
+        || {
+            let out = m.sh_ok("podunit status web-h 2>&1 || true");
+            out.contains(r#"plugin type="hang" (add) killed after 60s"#)
+                .then_some(out)
+        },
+    );
+    assert!(detail.contains("ContainerCreating"), "{detail}");
+    assert_eq!(
+        ipam_leases(&m),
+        std::slice::from_ref(&ip_a),
+        "the bridge's address is freed"
+    );
+    assert!(
+        !m.sh_ok(
+            "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline; echo; done 2>/dev/null || true"
+        )
+        .contains("sleep 100000"),
+        "the plugin's process is gone"
+    );
+    assert_eq!(
+        answer(&m, &format!("{ip_a}:8080")),
+        format!("web-a {ip_a} {ip_a}")
+    );
+
+    m.write("/etc/cni/net.d/10-podunit.conflist", conflist().as_bytes());
+    wait_state(&m, &ctr_unit(NS, "web-h", "main"), &["active"]);
+    let ip_h = status_ip(&m, "web-h");
+    assert_eq!(ipam_leases(&m), sorted(&[&ip_a, &ip_h]));
+}
