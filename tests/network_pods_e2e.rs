@@ -176,6 +176,17 @@ fn pods_get_addresses_of_their_own_ports_and_nothing_leaks() {
         m.sh_ok("podunit exec web-a -- cat /etc/hostname"),
         "web-a\n"
     );
+    // The name in the pod's UTS namespace too (what `hostname`, uname(2) and the kubelet's
+    // containers see), and the node's unchanged.
+    let pid_a = m.prop(&ctr_unit(NS, "web-a", "main"), "MainPID");
+    assert_eq!(
+        m.sh_ok(&format!(
+            "nsenter --uts --target $(cat /proc/{pid_a}/task/{pid_a}/children | cut -d' ' -f1) hostname"
+        )),
+        "web-a\n"
+    );
+    assert_eq!(m.sh_ok("podunit exec web-a -- hostname"), "web-a\n");
+    assert_ne!(m.sh_ok("hostname"), "web-a\n");
     let hosts = m.sh_ok("podunit exec web-a -- cat /etc/hosts");
     assert!(
         hosts.starts_with("# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n")
@@ -294,7 +305,8 @@ fn pods_get_addresses_of_their_own_ports_and_nothing_leaks() {
     wait_state(&m, &ctr_unit(NS, "web-k", "main"), &["active"]);
     let uid_k = uid_of(&m, "web-k");
     m.sh_ok(
-        "rm /etc/pods.d/k.yaml && systemctl daemon-reload && systemctl kill -s KILL podunit-sync",
+        "rm /etc/pods.d/k.yaml && systemctl daemon-reload && \
+         kill -KILL $(systemctl show -P MainPID podunit-sync)",
     );
     start_sync(&m);
     m.wait_for(

@@ -90,6 +90,9 @@ pub struct Args {
     /// Capabilities to drop from every set but the bounding set.
     #[arg(long, value_delimiter = ',', value_name = "CAPS")]
     pub drop_ambient: Vec<String>,
+    /// The container's hostname, in a UTS namespace of its own (the pod's name).
+    #[arg(long, value_name = "NAME")]
+    pub hostname: Option<String>,
     /// Where to look for a command without a `/` (as `ExecSearchPath=`).
     #[arg(long, value_name = "DIRS")]
     pub search: Option<String>,
@@ -170,6 +173,9 @@ fn outer(args: &Args) -> Result<Never, String> {
     if let Some(s) = &args.search {
         cmd.arg("--search").arg(s);
     }
+    if let Some(h) = &args.hostname {
+        cmd.arg("--hostname").arg(h);
+    }
     cmd.arg("--").args(&args.command);
     let child = cmd
         .spawn()
@@ -231,6 +237,11 @@ fn inner(args: &Args) -> Result<Never, String> {
         none,
     )
     .map_err(|e| format!("mounting /proc: {e}"))?;
+    if let Some(name) = &args.hostname {
+        nix::sched::unshare(CloneFlags::CLONE_NEWUTS)
+            .map_err(|e| format!("a new UTS namespace: {e}"))?;
+        nix::unistd::sethostname(name).map_err(|e| format!("hostname {name:?}: {e}"))?;
+    }
     if args.mask {
         mask_proc()?;
     }

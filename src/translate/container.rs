@@ -27,6 +27,10 @@ pub struct PodContext<'a> {
     pub plan: &'a PodPlan,
     /// The manifest's path as units name it (`SourcePath=`, the header).
     pub source: &'a str,
+    /// The hostname its containers get in a UTS namespace of their own, for a pod with a network
+    /// namespace of its own (the kubelet's: `spec.hostname` or the pod's name, the FQDN with
+    /// `setHostnameAsFQDN`); None: the node's.
+    pub hostname: Option<&'a str>,
 }
 
 pub struct Built {
@@ -573,7 +577,15 @@ fn identity_and_sandbox(
         None => None,
     };
     let host_pid = cx.spec.host_pid == Some(true);
-    match security::apply(svc, psc, cx.c, cx.path, image_user.as_ref(), host_pid) {
+    match security::apply(
+        svc,
+        psc,
+        cx.c,
+        cx.path,
+        image_user.as_ref(),
+        host_pid,
+        cx.pod.hostname,
+    ) {
         Ok(pid_init) => {
             if let Some(command) = command {
                 let own_root = svc.has("RootDirectory") || svc.has("RootImage");
@@ -772,6 +784,10 @@ fn exec_start(
         if on {
             line.push(Arg::text(flag));
         }
+    }
+    if let Some(h) = &p.hostname {
+        line.push(Arg::text("--hostname"));
+        line.push(Arg::text(h.as_str()));
     }
     for (flag, caps) in [("--drop=", &p.drop), ("--drop-ambient=", &p.drop_ambient)] {
         if !caps.is_empty() {

@@ -196,6 +196,7 @@ pub fn translate(
             Err(f) => errors.push(fault(f)),
         }
     }
+    let hostname = uts_hostname(&p);
     let ctx = container::PodContext {
         entry,
         node,
@@ -204,6 +205,7 @@ pub fn translate(
         slice: &p.slice,
         plan: &plan,
         source: &p.source,
+        hostname: hostname.as_deref(),
     };
     let mut containers = Vec::new();
     match container::all(&ctx) {
@@ -237,6 +239,11 @@ pub fn translate(
             .at("spec.dnsConfig"),
         );
     }
+    warnings.extend(
+        name_warnings(&p, hostname.is_some(), &plan, &containers)
+            .into_iter()
+            .map(|(at, m)| Problem::warning(&entry.file, m).pod(entry.key()).at(at)),
+    );
     for c in containers {
         outputs.push(Output::Unit(Rendered {
             unit: c.unit,
@@ -355,6 +362,56 @@ fn add_containers_to_plan(plan: &mut PodPlan, containers: &[container::Built], p
     if !plan.roots.is_empty() {
         plan.pull_secrets = image::pull_secret_names(Some(p.spec));
     }
+}
+
+/// Where the pod's names are not honoured: the hostname (and FQDN) on the host network, where
+/// containers see the node's (hostNetwork: true asks for that); `subdomain` and `hostAliases` in
+/// the /etc/hosts of containers on the host's root without the pod's name files.
+fn name_warnings(
+    p: &PodInput<'_>,
+    own_uts: bool,
+    plan: &PodPlan,
+    containers: &[container::Built],
+) -> Vec<(&'static str, &'static str)> {
+    let spec = p.spec;
+    let mut out = Vec::new();
+    if !own_uts && spec.host_network != Some(true) {
+        let node_name = "ignored: on the host network the containers' hostname is the node's \
+                         (`network: cni` gives each pod its own)";
+        if spec.hostname.is_some() {
+            out.push(("spec.hostname", node_name));
+        }
+        if spec.set_hostname_as_fqdn == Some(true) {
+            out.push(("spec.setHostnameAsFQDN", node_name));
+        }
+    }
+    let host_root = plan.network.is_none() && containers.iter().any(|c| c.root.is_none());
+    if host_root {
+        let hosts = "not applied to containers on the host's root: they keep the node's \
+                     /etc/hosts (`network: cni` gives them the pod's)";
+        // The kubelet ignores a subdomain on the host network.
+        if spec.subdomain.is_some() && spec.host_network != Some(true) {
+            out.push(("spec.subdomain", hosts));
+        }
+        if spec.host_aliases.as_ref().is_some_and(|a| !a.is_empty()) {
+            out.push(("spec.hostAliases", hosts));
+        }
+    }
+    out
+}
+
+/// The hostname a pod with a network namespace of its own gets in its containers' UTS
+/// namespaces, as the kubelet sets it: `spec.hostname` or the pod's name (63 characters at most),
+/// its FQDN with `setHostnameAsFQDN` and a `subdomain`. None: the node's (the host network).
+fn uts_hostname(p: &PodInput<'_>) -> Option<String> {
+    if !p.node.private_network || p.spec.host_network == Some(true) {
+        return None;
+    }
+    let etc = imagerun::etc_plan(&p.entry.pod, p.node);
+    Some(match etc.fqdn {
+        Some(fqdn) if p.spec.set_hostname_as_fqdn == Some(true) => fqdn,
+        _ => etc.hostname,
+    })
 }
 
 /// The slice: the pod's cgroup, with pod-level resources.

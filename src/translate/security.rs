@@ -108,6 +108,8 @@ pub struct PidInit {
     /// The RuntimeDefault rules systemd could not apply in `pid-init`'s place.
     pub deny_mount: bool,
     pub deny_namespaces: bool,
+    /// The pod's hostname, in a UTS namespace of the container's.
+    pub hostname: Option<String>,
 }
 
 /// The effective identity of a container: uid, gid (None = the unit's default, root).
@@ -160,8 +162,14 @@ pub fn apply(
     path: &str,
     image_user: Option<&super::imagerun::ImageUser>,
     host_pid: bool,
+    hostname: Option<&str>,
 ) -> Result<Option<PidInit>, Fault> {
     let mut pid_init = (!host_pid).then(PidInit::default);
+    // The pod's hostname in a UTS namespace pid-init makes (systemd 252 cannot name one).
+    if let Some(p) = &mut pid_init {
+        p.hostname = hostname.map(str::to_string);
+    }
+    let own_uts = pid_init.as_ref().is_some_and(|p| p.hostname.is_some());
     let sc = ctr.security_context.as_ref();
     let ctx = Contexts {
         pod: pod_sc,
@@ -196,7 +204,7 @@ pub fn apply(
         svc.trusted("ReadOnlyPaths", "/");
     }
     seccomp(svc, &ctx, &caps, pid_init.as_mut())?;
-    runtime_sandbox(svc, sc, &caps, id);
+    runtime_sandbox(svc, sc, &caps, id, own_uts);
     Ok(pid_init)
 }
 
@@ -379,6 +387,7 @@ fn seccomp(
             // refuses those calls itself.
             let restrict = !caps.iter().any(|c| c == "CAP_SYS_ADMIN");
             let in_pid_init = pid_init.is_some();
+            let own_uts = pid_init.as_ref().is_some_and(|p| p.hostname.is_some());
             if let Some(p) = pid_init {
                 p.deny_mount = true;
                 p.deny_namespaces = restrict;
@@ -398,7 +407,11 @@ fn seccomp(
             if restrict {
                 svc.trusted(
                     "RestrictNamespaces",
-                    if in_pid_init { "mnt pid" } else { "yes" },
+                    match (in_pid_init, own_uts) {
+                        (true, true) => "mnt pid uts",
+                        (true, false) => "mnt pid",
+                        (false, _) => "yes",
+                    },
                 );
             }
             svc.trusted("LockPersonality", "yes");
@@ -415,10 +428,20 @@ fn seccomp(
 /// What every unprivileged container gets, as a container runtime would give it: its own /tmp,
 /// a read-only cgroup tree, a hostname it cannot change. (Its own processes only in sight:
 /// pid-init's PID namespace and /proc, unless hostPID: true.)
-fn runtime_sandbox(svc: &mut Section, sc: Option<&SecurityContext>, caps: &[String], id: Identity) {
+fn runtime_sandbox(
+    svc: &mut Section,
+    sc: Option<&SecurityContext>,
+    caps: &[String],
+    id: Identity,
+    own_uts: bool,
+) {
     svc.add("PrivateTmp", Value::Trusted("yes".into()));
     svc.add("ProtectControlGroups", Value::Trusted("yes".into()));
-    svc.add("ProtectHostname", Value::Trusted("yes".into()));
+    // With a UTS namespace of pid-init's, the container cannot change the name either: that
+    // takes CAP_SYS_ADMIN, which pid-init drops.
+    if !own_uts {
+        svc.add("ProtectHostname", Value::Trusted("yes".into()));
+    }
     if !caps.iter().any(|c| c == "CAP_SYS_TIME") {
         svc.add("ProtectClock", Value::Trusted("yes".into()));
     }

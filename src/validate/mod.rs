@@ -261,20 +261,8 @@ fn check_not_honoured(
     spec: &k8s_openapi::api::core::v1::PodSpec,
     sp: &FieldPath,
 ) {
-    let host_view =
-        "ignored: containers share the host's hostname, /etc/hosts and /etc/resolv.conf";
-    if spec.hostname.is_some() {
-        c.warn(&sp.field("hostname"), host_view);
-    }
-    if spec.subdomain.is_some() {
-        c.warn(&sp.field("subdomain"), host_view);
-    }
-    if spec.set_hostname_as_fqdn == Some(true) {
-        c.warn(&sp.field("setHostnameAsFQDN"), host_view);
-    }
-    if spec.host_aliases.as_ref().is_some_and(|a| !a.is_empty()) {
-        c.warn(&sp.field("hostAliases"), host_view);
-    }
+    // hostname, subdomain, setHostnameAsFQDN and hostAliases depend on the node's network
+    // mode: translation says where they are not honoured.
     if spec.host_users == Some(false) {
         c.warn(
             &sp.field("hostUsers"),
