@@ -84,13 +84,24 @@ pub fn journalctl_args(
         // Whole seconds here; the exact bound is applied to each entry's own time.
         v.push(format!("--since=@{}", us.div_euclid(1_000_000)));
     }
-    // Matches on different fields are ANDed by journalctl.
+    // Matches on different fields are ANDed by journalctl, and `+` ORs two such groups. The
+    // unit's own entries (`_SYSTEMD_UNIT`) are the lines journald read only after the unit had
+    // stopped (a short-lived container's last output): it then no longer finds the unit's
+    // LogExtraFields= (POD_*, CONTAINER_NAME) to add to them.
+    let invocation = o
+        .invocation
+        .as_ref()
+        .map(|id| format!("_SYSTEMD_INVOCATION_ID={id}"));
     v.push(format!("POD_NAMESPACE={}", pod.namespace));
     v.push(format!("POD_NAME={}", pod.name));
     v.push(format!("CONTAINER_NAME={container}"));
-    if let Some(id) = &o.invocation {
-        v.push(format!("_SYSTEMD_INVOCATION_ID={id}"));
-    }
+    v.extend(invocation.clone());
+    v.push("+".into());
+    v.push(format!(
+        "_SYSTEMD_UNIT={}",
+        crate::translate::naming::container_service(&pod.namespace, &pod.name, container)
+    ));
+    v.extend(invocation);
     v
 }
 
@@ -181,6 +192,18 @@ pub fn find_previous(pod: &PodKey, container: &str, current: &str) -> Result<Str
 
 /// How often a followed log asks the journal for new entries.
 const FOLLOW_PERIOD: Duration = Duration::from_millis(500);
+
+/// Waits until journald has stored what it was sent so far (`journalctl --sync`), so that a read
+/// right after a container ended has its last lines, as a runtime's log file has them once the
+/// exit is reported. Best effort: without it the read is only as late as journald is.
+pub fn sync_journal() {
+    let _ = Command::new("journalctl")
+        .arg("--sync")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+}
 
 /// Writes the container's log to `out` until it ends (or, following, until `out` fails or
 /// `alive` says the reader has gone, asked twice a second).
@@ -299,6 +322,9 @@ mod tests {
                 "POD_NAMESPACE=default",
                 "POD_NAME=web",
                 "CONTAINER_NAME=nginx",
+                "_SYSTEMD_INVOCATION_ID=abc",
+                "+",
+                "_SYSTEMD_UNIT=podunit-default_web_nginx.service",
                 "_SYSTEMD_INVOCATION_ID=abc",
             ]
         );

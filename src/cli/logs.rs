@@ -119,6 +119,7 @@ fn run_inner(args: &Args) -> Result<ExitCode, String> {
     {
         errln!("podunit logs: container {container:?} did not start: {why}");
     }
+    logs::sync_journal();
     logs::stream(&pod.key, &container, &opts, &mut Stdout, &|| true).map_err(|e| e.to_string())?;
     Ok(ExitCode::SUCCESS)
 }

@@ -167,6 +167,7 @@ fn container_logs(state: &State, stream: &mut Tls, req: &Request, rest: &str) ->
         return false;
     }
     let alive = || peer_alive(&watch);
+    logs::sync_journal();
     let _ = logs::stream(&pod.key, container, &q.options, stream, &alive);
     false
 }

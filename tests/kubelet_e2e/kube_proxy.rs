@@ -197,13 +197,19 @@ fn cluster_ips_through_kube_proxy_as_a_static_pod() {
         .ok()
         .filter(|p| p == "Succeeded" || p == "Failed")
     });
-    let out = kubectl(&cp, &["logs", "client"]);
+    // Its last lines may reach the journal a moment after the exit is posted.
+    let want = "web-1\nweb-2\npod/client\npod/web-1\npod/web-2\n";
+    let out = m.wait_for("the client's output", SOON, || {
+        kubectl(&cp, &["logs", "client"])
+            .ok()
+            .filter(|o| o.ends_with("pod/web-2\n") || o.contains("rror"))
+    });
     assert_eq!(
-        (phase.as_str(), out.as_deref()),
-        (
-            "Succeeded",
-            Ok("web-1\nweb-2\npod/client\npod/web-1\npod/web-2\n")
-        ),
-        "the client's phase and output"
+        (phase.as_str(), out.as_str()),
+        ("Succeeded", want),
+        "the client's phase and output; its journal:\n{}",
+        m.sh("journalctl --no-pager -o json -u podunit-default_client_main.service | tail -3")
+            .stdout
+            .escape_ascii()
     );
 }
