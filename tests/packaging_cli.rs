@@ -98,6 +98,11 @@ fn deb_control_fields() {
             "unexpected dependency {n} in Depends: {depends}"
         );
     }
+    // What `network: cni` needs, recommended: a minimal host may keep the host network.
+    assert_eq!(
+        field("Recommends").trim(),
+        "containernetworking-plugins, iptables"
+    );
     let conffiles = stdout(&run_ok(
         Command::new("dpkg-deb")
             .arg("-I")
@@ -286,6 +291,14 @@ fn rpm_metadata_and_scripts() {
     assert_eq!(
         q("%{NAME} %{VERSION} %{RELEASE}"),
         format!("podunit {} 1", env!("CARGO_PKG_VERSION"))
+    );
+    let recommends = stdout(&run_ok(
+        Command::new("rpm").args(["-qp", "--recommends"]).arg(&rpm),
+    ));
+    assert_eq!(
+        recommends.lines().map(str::trim).collect::<Vec<_>>(),
+        ["containernetworking-plugins", "iptables"],
+        "Recommends:\n{recommends}"
     );
     let requires = stdout(&run_ok(Command::new("rpm").arg("-qpR").arg(&rpm)));
     assert!(
