@@ -133,21 +133,26 @@ mod tests {
         }
     }
 
+    /// The `kubernetes` Service and a Service of `team-a` with two ports, one unnamed.
+    fn api_and_db(second_port: (&str, i32, &str)) -> Vec<ServiceRef> {
+        vec![
+            svc("default", "kubernetes", "10.0.0.1", &[("https", 443, "")]),
+            svc(
+                "team-a",
+                "my-db",
+                "10.0.0.7",
+                &[("", 5432, ""), second_port],
+            ),
+        ]
+    }
+
     fn names(v: &[(String, String)]) -> Vec<&str> {
         v.iter().map(|(k, _)| k.as_str()).collect()
     }
 
     #[test]
     fn every_variable_made_has_the_shape_and_shell_words_do_not() {
-        let all = [
-            svc("default", "kubernetes", "10.0.0.1", &[("https", 443, "")]),
-            svc(
-                "team-a",
-                "my-db",
-                "10.0.0.7",
-                &[("", 5432, ""), ("m-1", 9187, "UDP")],
-            ),
-        ];
+        let all = api_and_db(("m-1", 9187, "UDP"));
         for (k, _) in env(&all, "team-a", true) {
             assert!(may_be_service_var(&k), "{k}");
         }
@@ -183,18 +188,12 @@ mod tests {
 
     #[test]
     fn links_are_the_namespaces_services_only_and_skip_headless_ones() {
-        let all = [
-            svc("default", "kubernetes", "10.0.0.1", &[("https", 443, "")]),
-            svc(
-                "team-a",
-                "my-db",
-                "10.0.0.7",
-                &[("", 5432, ""), ("metrics", 9187, "TCP")],
-            ),
+        let mut all = api_and_db(("metrics", 9187, "TCP"));
+        all.extend([
             svc("team-a", "dns", "10.0.0.9", &[("dns", 53, "UDP")]),
             svc("team-a", "headless", "None", &[("", 80, "")]),
             svc("team-b", "other", "10.0.0.8", &[("", 80, "")]),
-        ];
+        ]);
         let e = env(&all, "team-a", true);
         let get = |k: &str| e.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
         assert_eq!(get("MY_DB_SERVICE_HOST"), Some("10.0.0.7"));

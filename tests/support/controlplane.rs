@@ -354,47 +354,45 @@ impl ControlPlane {
     /// certificates. The signer backdates by 5 minutes, so a certificate lives `duration`
     /// from 5 minutes ago.
     pub fn start_controller_manager(&mut self, duration: &str) {
-        let admin = self.dir.join("admin.kubeconfig");
-        if !admin.exists() {
-            fs::write(&admin, self.kubeconfig("admin")).unwrap();
-        }
-        let log = self.log("kube-controller-manager.log");
         let p = |f: &str| self.pki.path(f).display().to_string();
-        let child = self
-            .in_net(&built("kube-controller-manager"))
-            .arg(format!("--kubeconfig={}", admin.display()))
-            .arg("--controllers=csrsigning")
-            .arg(format!("--cluster-signing-cert-file={}", p("ca.crt")))
-            .arg(format!("--cluster-signing-key-file={}", p("ca.key")))
-            .arg(format!("--cluster-signing-duration={duration}"))
-            .args(["--leader-elect=false", "--port=0", "--secure-port=0"])
-            .arg("--profiling=false")
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("spawn kube-controller-manager");
+        let signing = [
+            format!("--cluster-signing-cert-file={}", p("ca.crt")),
+            format!("--cluster-signing-key-file={}", p("ca.key")),
+            format!("--cluster-signing-duration={duration}"),
+        ];
+        let child = self.controllers("kube-controller-manager.log", "csrsigning", &signing);
         self.controller_manager = Some(child);
     }
 
     /// Starts kube-controller-manager with only the controllers that keep Services' endpoints
     /// (`endpoint`, `endpointslice`), as kube-proxy needs them.
     pub fn start_endpoint_controllers(&mut self) {
+        let child = self.controllers(
+            "kube-controller-manager-endpoints.log",
+            "endpoint,endpointslice",
+            &[],
+        );
+        self.endpoint_controllers = Some(child);
+    }
+
+    /// A kube-controller-manager running `controllers` (with `extra` flags) as the cluster's
+    /// admin, logging to `log_name`.
+    fn controllers(&self, log_name: &str, controllers: &str, extra: &[String]) -> Child {
         let admin = self.dir.join("admin.kubeconfig");
         if !admin.exists() {
             fs::write(&admin, self.kubeconfig("admin")).unwrap();
         }
-        let log = self.log("kube-controller-manager-endpoints.log");
-        let child = self
-            .in_net(&built("kube-controller-manager"))
+        let log = self.log(log_name);
+        self.in_net(&built("kube-controller-manager"))
             .arg(format!("--kubeconfig={}", admin.display()))
-            .arg("--controllers=endpoint,endpointslice")
+            .arg(format!("--controllers={controllers}"))
+            .args(extra)
             .args(["--leader-elect=false", "--port=0", "--secure-port=0"])
             .arg("--profiling=false")
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .spawn()
-            .expect("spawn kube-controller-manager");
-        self.endpoint_controllers = Some(child);
+            .expect("spawn kube-controller-manager")
     }
 
     /// Kills the API server (SIGKILL), leaving etcd; connections to it are refused until
