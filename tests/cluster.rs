@@ -347,6 +347,7 @@ fn start_timed(
         runtime_version: "systemd://test".into(),
         kubelet_port: 0,
         cni_conf_dir: None,
+        cni_pod_subnet: None,
     };
     let shared = Arc::new(Shared::default());
     let thread = spawn_agent(node_client, cfg.clone(), &units, &shared);
@@ -1520,6 +1521,7 @@ fn node_net() -> podunit::podstart::prepare::NodeNet {
     podunit::podstart::prepare::NodeNet {
         node_ip: "127.0.0.1".into(),
         cni: Default::default(),
+        fallback: Default::default(),
         resolv_conf: "/etc/resolv.conf".into(),
     }
 }

@@ -4,16 +4,20 @@
 //! downward API and `podunit status -o wide` carry the address; `/etc/resolv.conf`, `/etc/hosts`
 //! and `/etc/hostname` are the kubelet's, and a Service name resolves through the search list
 //! with dnsmasq as the cluster DNS; a removed pod's address and port
-//! rules go, and after a reboot or a power cut the IPAM store holds exactly the live pods. All traffic stays in
-//! the test's machine (its own network namespace).
+//! rules go, and after a reboot or a power cut the IPAM store holds exactly the live pods; a pod on
+//! one node reaches a pod on another node by its pod IP, unmasqueraded. All traffic stays in the
+//! test's machines and the network namespaces the test makes.
 //!
 //! Needs root and systemd-nspawn; fails, never skips. Run: `cargo test --test network_pods_e2e`
 //! (part of `make test-e2e`).
 
 mod support;
 
+use std::process::Command;
+
 use support::nspawn::Machine;
 use support::pods::{SOON, ctr_unit, pod_unit, start_pods, start_sync, wait_state};
+use support::run_ok;
 
 const NS: &str = "default";
 const SUBNET: &str = "10.88.7.";
@@ -25,10 +29,16 @@ const NET: &str = "podunit-test";
 
 /// The bridge network the packages ship by default, on a subnet of the test's own.
 fn conflist() -> String {
+    bridge_conflist(SUBNET, true)
+}
+
+/// A bridge network on `subnet` (`10.88.N.`, a /24), its pods' traffic to other networks
+/// masqueraded or not.
+fn bridge_conflist(subnet: &str, ip_masq: bool) -> String {
     format!(
         r#"{{"cniVersion": "1.0.0", "name": "{NET}", "plugins": [
-  {{"type": "bridge", "bridge": "podunit0", "isGateway": true, "ipMasq": true, "hairpinMode": true,
-   "ipam": {{"type": "host-local", "ranges": [[{{"subnet": "{SUBNET}0/24"}}]],
+  {{"type": "bridge", "bridge": "podunit0", "isGateway": true, "ipMasq": {ip_masq}, "hairpinMode": true,
+   "ipam": {{"type": "host-local", "ranges": [[{{"subnet": "{subnet}0/24"}}]],
             "routes": [{{"dst": "0.0.0.0/0"}}]}}}},
   {{"type": "portmap", "capabilities": {{"portMappings": true}}}}
 ]}}
@@ -36,13 +46,14 @@ fn conflist() -> String {
     )
 }
 
-/// A pod whose container answers every connection on port 8080 with its name and its POD_IP,
-/// published on the node's `host_port`.
+/// A pod whose container answers every connection on port 8080 with its name and its POD_IP
+/// (the first line), then `peer <the client's address>`, published on the node's `host_port`.
 fn web(name: &str, host_port: u16) -> String {
     let script = format!(
         "exec perl -MIO::Socket::INET -e '$s = IO::Socket::INET->new(LocalPort => 8080, \
          Listen => 8, ReuseAddr => 1) or die \"listen: $!\"; while ($c = $s->accept) \
-         {{ print $c \"{name} $ENV{{POD_IP}} $ENV{{POD_IPS}}\\n\"; close $c }}'"
+         {{ print $c \"{name} $ENV{{POD_IP}} $ENV{{POD_IPS}}\\npeer \", $c->peerhost, \
+         \"\\n\"; close $c }}'"
     );
     format!(
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  \
@@ -265,14 +276,19 @@ fn pods_get_addresses_of_their_own_ports_and_nothing_leaks() {
         "one cached attachment"
     );
 
-    // No network configuration: a new pod waits, says why, and never runs on the host network;
-    // the running pod keeps serving.
-    m.sh_ok("mv /etc/cni/net.d/10-podunit.conflist /root/");
+    // A broken network configuration (a file cut short): a new pod waits, says why, and never
+    // runs on the host network or on podunit's own network instead; the running pod keeps
+    // serving.
+    m.sh_ok(
+        "cp /etc/cni/net.d/10-podunit.conflist /root/ && \
+         truncate -s 60 /etc/cni/net.d/10-podunit.conflist",
+    );
     m.write("/etc/pods.d/c.yaml", web("web-c", 18082).as_bytes());
     m.daemon_reload();
     let detail = m.wait_for("web-c to say why it waits", SOON, || {
         let out = m.sh_ok("podunit status web-c 2>&1 || true");
-        out.contains("cni config uninitialized").then_some(out)
+        out.contains("10-podunit.conflist: invalid CNI config: not JSON")
+            .then_some(out)
     });
     assert!(detail.contains("ContainerCreating"), "{detail}");
     assert_eq!(
@@ -283,8 +299,8 @@ fn pods_get_addresses_of_their_own_ports_and_nothing_leaks() {
         answer(&m, &format!("{ip_a}:8080")),
         format!("web-a {ip_a} {ip_a}")
     );
-    // The configuration appears (as a network add-on writes its own once it runs): the pod
-    // starts at its next try, with no reload.
+    // The configuration is whole again (as a network add-on rewrites its own): the pod starts
+    // at its next try, with no reload.
     m.sh_ok("mv /root/10-podunit.conflist /etc/cni/net.d/");
     wait_state(&m, &ctr_unit(NS, "web-c", "main"), &["active"]);
     let ip_c = status_ip(&m, "web-c");
@@ -335,12 +351,37 @@ fn pods_get_addresses_of_their_own_ports_and_nothing_leaks() {
     // A power cut: no stop command ran, so the cache holds web-a's ADD and the store its address.
     // The next start deletes that (no namespace: the old one died with the machine) before its
     // own ADD, which must land in the pod's new namespace, not the host's.
-    m.power_cut();
+    // web-d runs too, and while the machine is down its manifest goes and podunit-sync's record
+    // is lost (a disk error): nothing will ever stop or forget web-d, so its attachment is an
+    // orphan only the sweep at podunit-sync's start finds.
+    m.write("/etc/pods.d/d.yaml", web("web-d", 18084).as_bytes());
+    m.daemon_reload();
+    wait_state(&m, &ctr_unit(NS, "web-d", "main"), &["active"]);
+    let uid_d = uid_of(&m, "web-d");
+    assert_eq!(ipam_leases(&m).len(), 2);
+    m.power_cut_and(|root| {
+        for f in ["etc/pods.d/d.yaml", "var/lib/podunit/sync-state.json"] {
+            std::fs::remove_file(root.join(f)).unwrap();
+        }
+    });
     start_sync(&m);
     m.sh_ok("systemctl start podunit.target");
     wait_state(&m, &ctr_unit(NS, "web-a", "main"), &["active"]);
     let ip_a3 = status_ip(&m, "web-a");
-    assert_eq!(ipam_leases(&m), std::slice::from_ref(&ip_a3));
+    m.wait_for("web-d's orphaned address freed by the sweep", SOON, || {
+        (ipam_leases(&m) == [ip_a3.clone()]).then_some(())
+    });
+    assert_eq!(
+        m.sh_ok("ls /var/lib/podunit/cni"),
+        format!("{}-eth0.json\n", uid_of(&m, "web-a")),
+        "the cache holds exactly the live pod"
+    );
+    let swept = m.sh_ok("journalctl --no-pager -o cat -u podunit-cni-sweep.service");
+    assert!(
+        swept.contains(&format!("pod {uid_d}: deleted its network attachment")),
+        "{swept}"
+    );
+    assert!(!m.sh_ok("iptables -t nat -S").contains("18084"));
     assert_eq!(
         answer(&m, &format!("{ip_a3}:8080")),
         format!("web-a {ip_a3} {ip_a3}")
@@ -417,4 +458,201 @@ fn a_plugin_that_hangs_is_killed_and_leaks_nothing() {
     wait_state(&m, &ctr_unit(NS, "web-h", "main"), &["active"]);
     let ip_h = status_ip(&m, "web-h");
     assert_eq!(ipam_leases(&m), sorted(&[&ip_a, &ip_h]));
+}
+
+/// The nodes' own network (on the test's bridge): node i is `{NODE_NET}{i + 1}`.
+const NODE_NET: &str = "192.168.231.";
+
+/// Network namespaces on the host, made by the test and deleted on Drop (also on a panic): a
+/// "lan" one with a bridge, and one per node whose `eth0` is a veth to that bridge with the
+/// address `{NODE_NET}{i + 1}/24`. Names carry the test's PID, so runs never collide; those of
+/// runs that died without unwinding are deleted first. The host's own namespace is not touched.
+struct Lan {
+    prefix: String,
+    names: Vec<String>,
+}
+
+impl Lan {
+    const PREFIX: &str = "podunit-e2e-net-";
+
+    fn new(nodes: usize) -> Lan {
+        let ip = |args: &[&str]| run_ok(Command::new("ip").args(args));
+        let listed = String::from_utf8_lossy(&ip(&["netns", "list"]).stdout).into_owned();
+        for ns in listed.lines().filter_map(|l| l.split_whitespace().next()) {
+            let dead = ns
+                .strip_prefix(Lan::PREFIX)
+                .and_then(|rest| rest.split('-').next())
+                .is_some_and(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists());
+            if dead {
+                let _ = Command::new("ip").args(["netns", "del", ns]).status();
+            }
+        }
+        let prefix = format!("{}{}-", Lan::PREFIX, std::process::id());
+        let mut lan = Lan {
+            prefix,
+            names: Vec::new(),
+        };
+        let hub = lan.add("lan");
+        ip(&["-n", &hub, "link", "add", "br0", "type", "bridge"]);
+        ip(&["-n", &hub, "link", "set", "br0", "up"]);
+        for i in 0..nodes {
+            let node = lan.add(&format!("node{i}"));
+            let port = format!("port{i}");
+            ip(&[
+                "-n", &hub, "link", "add", &port, "type", "veth", "peer", "name", "eth0", "netns",
+                &node,
+            ]);
+            ip(&["-n", &hub, "link", "set", &port, "master", "br0", "up"]);
+            let addr = format!("{NODE_NET}{}/24", i + 1);
+            ip(&["-n", &node, "addr", "add", &addr, "dev", "eth0"]);
+            ip(&["-n", &node, "link", "set", "eth0", "up"]);
+            ip(&["-n", &node, "link", "set", "lo", "up"]);
+        }
+        lan
+    }
+
+    fn add(&mut self, role: &str) -> String {
+        let name = format!("{}{role}", self.prefix);
+        run_ok(Command::new("ip").args(["netns", "add", &name]));
+        self.names.push(name.clone());
+        name
+    }
+
+    /// Node i's namespace, for `Machine::boot_in_netns`.
+    fn node(&self, i: usize) -> String {
+        format!("/run/netns/{}node{i}", self.prefix)
+    }
+}
+
+impl Drop for Lan {
+    fn drop(&mut self) {
+        for ns in self.names.iter().rev() {
+            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
+    }
+}
+
+/// Everything a connection from one pod to another depends on, on every node.
+fn explain(nodes: &[&Machine]) -> String {
+    nodes
+        .iter()
+        .map(|m| {
+            let net = m.sh(
+                "ip -br addr; ip route; cat /proc/sys/net/ipv4/ip_forward; iptables -S FORWARD; \
+                 podunit status -o wide",
+            );
+            format!(
+                "=== {} ===\n{}{}\n{}",
+                m.name,
+                String::from_utf8_lossy(&net.stdout),
+                String::from_utf8_lossy(&net.stderr),
+                m.diagnostics()
+            )
+        })
+        .collect()
+}
+
+/// All a TCP connection to `addr` (`ip:port`) answers, from inside pod `pod` on `m`, lines
+/// trimmed; panics with what every node knows when it cannot connect.
+fn ask_from_pod(m: &Machine, pod: &str, addr: &str, nodes: &[&Machine]) -> String {
+    let (ip, port) = addr.split_once(':').unwrap();
+    let out = m.sh(&format!(
+        "podunit exec {pod} -- perl -MIO::Socket::INET -e '$c = IO::Socket::INET->new(PeerAddr \
+         => \"{ip}\", PeerPort => {port}, Timeout => 5) or die \"connect {addr}: $!\\n\"; \
+         print <$c>'"
+    ));
+    assert!(
+        out.status.success(),
+        "{pod} on {} cannot reach {addr}: {}\n{}",
+        m.name,
+        String::from_utf8_lossy(&out.stderr),
+        explain(nodes)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// Two nodes on one bridge (network namespaces the test makes), each with a pod subnet of its
+/// own and a route to the other's through the other node, as a cluster's routing add-on sets
+/// them: a pod on one node reaches a pod on the other by its pod IP, both ways, and is seen
+/// there under its own pod IP (no masquerading between pods: the Kubernetes network model).
+#[test]
+fn a_pod_reaches_a_pod_on_another_node_by_its_ip() {
+    const NODES: usize = 2;
+    let lan = Lan::new(NODES);
+    let subnet = |i: usize| format!("10.88.{}.", i + 1);
+    // Booted and set up in parallel: each node is a machine of its own.
+    let nodes: Vec<Machine> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..NODES)
+            .map(|i| {
+                let (lan, subnet) = (&lan, &subnet);
+                s.spawn(move || {
+                    let m = Machine::boot_in_netns(&format!("two-nodes-{i}"), lan.node(i));
+                    m.write("/etc/podunit/config.yaml", b"network: cni\n");
+                    m.write(
+                        "/etc/cni/net.d/10-podunit.conflist",
+                        bridge_conflist(&subnet(i), false).as_bytes(),
+                    );
+                    for j in (0..NODES).filter(|&j| j != i) {
+                        m.sh_ok(&format!(
+                            "ip route add {}0/24 via {NODE_NET}{}",
+                            subnet(j),
+                            j + 1
+                        ));
+                    }
+                    m.write(
+                        "/etc/pods.d/web.yaml",
+                        web(&format!("web-{i}"), 18080).as_bytes(),
+                    );
+                    start_sync(&m);
+                    start_pods(&m);
+                    m
+                })
+            })
+            .collect();
+        // Every thread joined before a panic goes on, so no machine outlives the scope unowned.
+        let joined: Vec<_> = handles.into_iter().map(|h| h.join()).collect();
+        joined
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .collect()
+    });
+    let all: Vec<&Machine> = nodes.iter().collect();
+    let mut ips = Vec::new();
+    for (i, m) in nodes.iter().enumerate() {
+        let pod = format!("web-{i}");
+        wait_state(m, &ctr_unit(NS, &pod, "main"), &["active"]);
+        let ip = status_ip(m, &pod);
+        assert!(ip.starts_with(&subnet(i)), "{pod}'s address {ip}");
+        // It answers on its own node (it listens) before anyone else asks.
+        assert!(
+            answer(m, &format!("{ip}:8080")).starts_with(&format!("{pod} {ip} {ip}")),
+            "{pod}"
+        );
+        // Routing between pods needs forwarding on every node; the bridge plugin (isGateway)
+        // turns it on.
+        assert_eq!(
+            m.sh_ok("cat /proc/sys/net/ipv4/ip_forward").trim(),
+            "1",
+            "{}",
+            explain(&all)
+        );
+        ips.push(ip);
+    }
+    for (from, to) in [(0, 1), (1, 0)] {
+        assert_eq!(
+            ask_from_pod(
+                &nodes[from],
+                &format!("web-{from}"),
+                &format!("{}:8080", ips[to]),
+                &all
+            ),
+            format!(
+                "web-{to} {ip} {ip}\npeer {peer}",
+                ip = ips[to],
+                peer = ips[from]
+            ),
+            "web-{from} on node {from} to web-{to} on node {to}, seen there under its pod IP\n{}",
+            explain(&all)
+        );
+    }
 }

@@ -82,18 +82,54 @@ fn assert_installed(m: &Machine) {
     }
 }
 
+/// The drop-in a first install writes.
+const NETWORK_DROPIN: &str = "/etc/podunit/config.d/50-network.yaml";
+
+/// The pod's IP as `podunit status -o wide` shows it (its last column).
+fn pod_ip(m: &Machine) -> String {
+    let out = m.sh_ok("podunit status -o wide");
+    out.lines()
+        .find(|l| l.split_whitespace().nth(1) == Some(POD))
+        .and_then(|l| l.split_whitespace().last())
+        .unwrap_or_else(|| panic!("{POD} in:\n{out}"))
+        .to_string()
+}
+
 /// The user's workflow on an installed package: drop a manifest, reload, the pod runs; an upgrade
-/// does not restart it. (Starting pods after a reload is podunit-sync's job.)
+/// does not restart it. (Starting pods after a reload is podunit-sync's job.) A fresh install
+/// gives pods addresses of their own from podunit's bridge network, with no CNI configuration
+/// written by anyone (the machine has Debian's containernetworking-plugins, which the package
+/// recommends).
 #[test]
 fn deb_manifest_runs_after_reload_and_survives_upgrade() {
     let m = install("pkg-workflow");
     assert_installed(&m);
+    let dropin = m.read_string(NETWORK_DROPIN).unwrap_or_default();
+    assert!(
+        dropin.lines().any(|l| l == "network: cni"),
+        "{NETWORK_DROPIN}: {dropin:?}"
+    );
+    assert_eq!(stat(&m, NETWORK_DROPIN).as_deref(), Some("644 root:root"));
     let ctr = ctr_unit(NS, POD, CTR);
 
     m.write("/etc/pods.d/pkgtest.yaml", MANIFEST.as_bytes());
     m.daemon_reload();
     wait_state(&m, &ctr, "active");
     let before = m.prop(&ctr, "InvocationID");
+    let ip = pod_ip(&m);
+    assert!(
+        ip.starts_with("10.88."),
+        "the pod's address {ip:?} is not from podunit's own network\n{}",
+        m.diagnostics()
+    );
+    let leases = m.sh_ok("ls /var/lib/cni/networks/podunit/");
+    assert!(leases.lines().any(|l| l == ip), "{ip} not leased: {leases}");
+    let bridge = m.sh_ok("ip -4 -o addr show dev podunit0");
+    assert!(bridge.contains("10.88.0.1/16"), "{bridge}");
+    assert!(
+        m.sh("ls /etc/cni/net.d/ 2>/dev/null").stdout.is_empty(),
+        "podunit wrote into the CNI configuration directory"
+    );
 
     // Upgrade (same version again): the pod's units did not change, so it is not restarted.
     m.sh_ok("dpkg -i /root/podunit.deb");
@@ -148,9 +184,20 @@ fn deb_install_remove_reinstall_purge() {
     );
     assert!(stat(&m, "/usr/lib/systemd/system-generators/podunit-generator").is_none());
 
-    // Reinstall: the pod comes back with podunit.target.
+    // Reinstall over the kept configuration is an upgrade of a configured host: the network
+    // drop-in, which the administrator deleted meanwhile, is not written again.
+    assert!(
+        m.read(NETWORK_DROPIN).is_some(),
+        "remove deleted the drop-in"
+    );
+    m.sh_ok(&format!("rm {NETWORK_DROPIN}"));
     m.sh_ok("dpkg -i /root/podunit.deb");
     assert_installed(&m);
+    assert_eq!(
+        stat(&m, NETWORK_DROPIN),
+        None,
+        "an upgrade wrote {NETWORK_DROPIN}"
+    );
     wait_state(&m, &pod, "active");
     wait_state(&m, &ctr, "active");
 
@@ -162,6 +209,7 @@ fn deb_install_remove_reinstall_purge() {
         "/var/lib/podunit",
         "/run/podunit",
         "/etc/podunit/config.yaml",
+        "/etc/podunit",
     ] {
         assert_eq!(stat(&m, gone), None, "{gone} survived purge");
     }

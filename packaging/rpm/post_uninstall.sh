@@ -10,4 +10,7 @@ fi
 if [ "$1" -eq 0 ]; then
     # Erase is rpm's purge: podunit's own state goes, the administrator's /etc/pods.d stays.
     rm -rf /var/lib/podunit /run/podunit
+    # What %post wrote at the first install.
+    rm -f /etc/podunit/config.d/50-network.yaml
+    rmdir /etc/podunit/config.d 2>/dev/null || :
 fi

@@ -31,6 +31,8 @@ pub struct AgentConfig {
     pub kubelet_port: u16,
     /// With `network: cni`: where the network's configuration must be for the node to be Ready.
     pub cni_conf_dir: Option<std::path::PathBuf>,
+    /// With `network: cni`: `cni.podSubnet`, podunit's own network without the Node's podCIDRs.
+    pub cni_pod_subnet: Option<String>,
 }
 
 /// State shared between the loops.

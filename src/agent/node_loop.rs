@@ -2,6 +2,7 @@
 //! least every `node_status_report_seconds`.
 
 use super::context::{AgentConfig, Shared, log, nap, now};
+use crate::cni::default_network::{self, Fallback};
 use crate::common::paths::Paths;
 use crate::kube::backoff::Backoff;
 use crate::kube::client::{self, ApiError, Client};
@@ -31,12 +32,50 @@ fn register(client: &Client, cfg: &AgentConfig, info: &node::HostInfo) -> Result
     }
 }
 
-/// Why the pods' network is not ready, read afresh (a configuration may come at any time).
-fn network_error(cfg: &AgentConfig) -> Option<String> {
+/// Why the pods' network is not ready, read afresh (a configuration may come at any time). With
+/// no configuration, the Node's podCIDRs give podunit's own network (kubenet's way).
+fn network_error(cfg: &AgentConfig, node: Option<&Node>) -> Option<String> {
     let dir = cfg.cni_conf_dir.as_ref()?;
-    crate::cni::config::load_dir(dir)
+    let fallback = Fallback {
+        configured: cfg.cni_pod_subnet.clone(),
+        cluster: true,
+        pod_cidrs: pod_cidrs(node),
+    };
+    default_network::load(dir, &fallback)
         .err()
         .map(|e| node::network_not_ready(&e))
+}
+
+/// The Node's `spec.podCIDRs` (or the older single `podCIDR`).
+fn pod_cidrs(node: Option<&Node>) -> Vec<String> {
+    let Some(spec) = node.and_then(|n| n.spec.as_ref()) else {
+        return Vec::new();
+    };
+    match (&spec.pod_cidrs, &spec.pod_cidr) {
+        (Some(l), _) if !l.is_empty() => l.clone(),
+        (_, Some(c)) if !c.is_empty() => vec![c.clone()],
+        _ => Vec::new(),
+    }
+}
+
+/// With `network: cni`: records the podCIDRs the controller manager assigned for `pod-prepare`
+/// (read again from the API until there are some: they come after registration).
+fn track_pod_cidrs(client: &Client, cfg: &AgentConfig, node_obj: &mut Node) {
+    if cfg.cni_conf_dir.is_none() {
+        return;
+    }
+    if pod_cidrs(Some(node_obj)).is_empty() {
+        match client.get::<Node>(&client::path::<Node>(None, Some(&cfg.node_name))) {
+            Ok(n) => *node_obj = n,
+            Err(e) => log(format!("node: {e}")),
+        }
+    }
+    let cidrs = pod_cidrs(Some(node_obj));
+    if !cidrs.is_empty()
+        && let Err(e) = default_network::write_pod_cidrs(&cfg.paths, &cidrs)
+    {
+        log(format!("pod CIDRs: {e}"));
+    }
 }
 
 /// Runs until stopped: register, then Lease every `lease_renew_seconds`, status on change and every
@@ -48,7 +87,7 @@ pub fn node_loop(client: Client, cfg: AgentConfig, shared: Arc<Shared>) {
     let mut info = node::gather(storage.parent().unwrap_or(&storage), cfg.node_ip.as_deref());
     info.runtime_version = cfg.runtime_version.clone();
     info.kubelet_port = cfg.kubelet_port;
-    info.network_error = network_error(&cfg);
+    info.network_error = network_error(&cfg, None);
     *shared.node_ips.lock().unwrap() = info.addresses.clone();
     let mut node_obj = loop {
         match register(&client, &cfg, &info) {
@@ -83,7 +122,8 @@ pub fn node_loop(client: Client, cfg: AgentConfig, shared: Arc<Shared>) {
         let mut fresh = node::gather(storage.parent().unwrap_or(&storage), cfg.node_ip.as_deref());
         fresh.runtime_version = cfg.runtime_version.clone();
         fresh.kubelet_port = cfg.kubelet_port;
-        fresh.network_error = network_error(&cfg);
+        track_pod_cidrs(&client, &cfg, &mut node_obj);
+        fresh.network_error = network_error(&cfg, Some(&node_obj));
         *shared.node_ips.lock().unwrap() = fresh.addresses.clone();
         let prev = posted.as_ref().or(node_obj.status.as_ref());
         let st = node::status(&fresh, prev, now());

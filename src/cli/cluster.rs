@@ -112,6 +112,7 @@ pub fn prepare(paths: &Paths) -> Result<Option<ClusterAgent>, ExitCode> {
             runtime_version: systemd_version(),
             cni_conf_dir: (cfg.network == crate::common::config::Network::Cni)
                 .then(|| paths.host(&cfg.cni.conf_dir.to_string_lossy())),
+            cni_pod_subnet: cfg.cni.pod_subnet.clone(),
         },
     }))
 }

@@ -81,6 +81,10 @@ pub enum Command {
     /// a transient unit: a removed pod's unit stops without its commands).
     #[command(hide = true)]
     PodForget(prepare::ForgetArgs),
+    /// Delete the CNI attachments no pod owns any more (run by podunit-sync as a transient unit
+    /// when it starts).
+    #[command(hide = true)]
+    CniSweep(prepare::SweepArgs),
     /// Run an exec probe's command inside a container (run by podunit-sync as a transient unit).
     #[command(hide = true)]
     ProbeExec(probe::Args),
@@ -131,6 +135,7 @@ pub fn main() -> ExitCode {
         Command::PodRefresh(a) => prepare::refresh(a),
         Command::PodCleanup(a) => prepare::cleanup(a),
         Command::PodForget(a) => prepare::forget(a),
+        Command::CniSweep(a) => prepare::cni_sweep(a),
         Command::Subpath(a) => prepare::subpath(a),
         Command::PidInit(a) => crate::pidinit::run(a),
         Command::PodPause => crate::pidinit::pause(),

@@ -1,5 +1,6 @@
 //! `podunit pod-prepare PLAN` / `pod-cleanup PLAN`: run by a pod's unit, not by people.
 
+use crate::cni::default_network::Fallback;
 use crate::common::paths::Paths;
 use crate::manifest::Catalog;
 use crate::podstart::prepare;
@@ -53,6 +54,7 @@ pub fn prepare(args: Args) -> ExitCode {
         node_ip: crate::podstart::network::in_host_namespace(prepare::node_ip)
             .unwrap_or_else(|_| prepare::node_ip()),
         resolv_conf: config.resolv_conf().to_path_buf(),
+        fallback: Fallback::for_node(&config, &paths),
         cni: config.cni,
     };
     let result = prepare::prepare(&plan, &paths, &catalog, &node);
@@ -137,7 +139,9 @@ pub fn cleanup(args: Args) -> ExitCode {
         Ok(x) => x,
         Err(code) => return code,
     };
-    match prepare::cleanup(&plan, &paths, &node_config(&paths).cni) {
+    let config = node_config(&paths);
+    let fallback = Fallback::for_node(&config, &paths);
+    match prepare::cleanup(&plan, &paths, &config.cni, &fallback) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!(
@@ -172,7 +176,9 @@ pub fn forget(args: ForgetArgs) -> ExitCode {
         eprintln!("podunit pod-forget: refusing odd uid {:?}", args.uid);
         return ExitCode::from(super::EXIT_USAGE);
     }
-    let detached = crate::podstart::network::detach(&args.uid, &node_config(&paths).cni, &paths);
+    let config = node_config(&paths);
+    let fallback = Fallback::for_node(&config, &paths);
+    let detached = crate::podstart::network::detach(&args.uid, &config.cni, &fallback, &paths);
     if let Err(e) = &detached {
         eprintln!("podunit pod-forget: pod {}: {e}", args.uid);
     }
@@ -185,6 +191,44 @@ pub fn forget(args: ForgetArgs) -> ExitCode {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
+    }
+}
+
+#[derive(clap::Args, Debug)]
+pub struct SweepArgs {
+    /// The UIDs of the pods that exist (rendered, or removed with their cleanup still due).
+    #[arg(last = true)]
+    pub live: Vec<String>,
+}
+
+/// `cni-sweep -- UID...`: DEL for every cached attachment of a pod not named (see
+/// [`crate::podstart::network::sweep`]). Says what it deleted; fails if a DEL failed.
+pub fn cni_sweep(args: SweepArgs) -> ExitCode {
+    let paths = Paths::from_env();
+    let config = node_config(&paths);
+    let fallback = Fallback::for_node(&config, &paths);
+    let live = args.live.into_iter().collect();
+    match crate::podstart::network::sweep(&live, &config.cni, &fallback, &paths) {
+        Ok(s) => {
+            for uid in &s.deleted {
+                println!("pod {uid}: deleted its network attachment (no pod has this UID)");
+            }
+            for (uid, e) in &s.failed {
+                eprintln!("podunit cni-sweep: pod {uid}: {e}");
+            }
+            if let Some(why) = &s.gc {
+                println!("CNI GC not run: {why}");
+            }
+            if s.failed.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        Err(e) => {
+            eprintln!("podunit cni-sweep: {e}");
+            ExitCode::FAILURE
+        }
     }
 }
 

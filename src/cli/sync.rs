@@ -200,6 +200,12 @@ pub fn main() -> ExitCode {
     if args.once {
         return ExitCode::SUCCESS;
     }
+    // After a crash or a reboot: attachments of pods that are gone (their record lost, too).
+    let cni_cache = syncer
+        .opts
+        .paths
+        .host(&config.cni.cache_dir.to_string_lossy());
+    syncer.sweep_networks_at_rest(cni_cache);
     syncer.pull_waiting_images();
     if config.watch_manifests {
         crate::localsync::watch::spawn(syncer.opts.paths.clone(), tx.clone());

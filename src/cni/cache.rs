@@ -182,6 +182,33 @@ impl Cache {
     }
 
     /// Removes the entry of container `id`'s interface `ifname`; no entry is no error.
+    /// The (container ID, interface) of every entry, in name order: file names are
+    /// `<id>-<ifname>.json`, and an interface name podunit gives has no `-`. Anything else in
+    /// the directory is left out. No directory is no entries.
+    pub fn entries(&self) -> Result<Vec<(String, String)>, CacheError> {
+        let rd = match std::fs::read_dir(&self.dir) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(error) => {
+                return Err(CacheError::Io {
+                    path: self.dir.clone(),
+                    error,
+                });
+            }
+        };
+        let mut out: Vec<(String, String)> = rd
+            .filter_map(|e| e.ok())
+            .filter_map(|e| {
+                let name = e.file_name().into_string().ok()?;
+                let (id, ifname) = name.strip_suffix(".json")?.rsplit_once('-')?;
+                (valid_container_id(id) && valid_ifname(ifname))
+                    .then(|| (id.to_string(), ifname.to_string()))
+            })
+            .collect();
+        out.sort();
+        Ok(out)
+    }
+
     pub fn remove(&self, id: &str, ifname: &str) -> Result<(), CacheError> {
         let path = self.path(id, ifname)?;
         match std::fs::remove_file(&path) {
@@ -214,8 +241,24 @@ mod tests {
             capability_args: serde_json::json!({"portMappings": [{"hostPort": 80}]}),
         };
         assert_eq!(c.load("abc123", "eth0").unwrap(), None);
+        assert_eq!(c.entries().unwrap(), vec![], "no directory yet");
         c.store(&e).unwrap();
-        assert_eq!(c.load("abc123", "eth0").unwrap(), Some(e));
+        assert_eq!(c.load("abc123", "eth0").unwrap(), Some(e.clone()));
+        let uid = "0b6c52d4-1f0e-4a55-9d55-6a3c1c4bb1a1";
+        c.store(&Entry {
+            container_id: uid.into(),
+            ..e
+        })
+        .unwrap();
+        std::fs::write(c.dir().join("notes.txt"), "").unwrap();
+        assert_eq!(
+            c.entries().unwrap(),
+            vec![
+                (uid.to_string(), "eth0".to_string()),
+                ("abc123".to_string(), "eth0".to_string())
+            ]
+        );
+        c.remove(uid, "eth0").unwrap();
         use std::os::unix::fs::PermissionsExt;
         let mode = std::fs::metadata(c.path("abc123", "eth0").unwrap())
             .unwrap()

@@ -2,7 +2,8 @@
 //! network configuration found as containerd finds it (`config`), the plugin binaries
 //! (`plugins`), ADD, CHECK, DEL, GC and STATUS over a plugin list as libcni runs them
 //! (`invoke`), the plugins' results (`result`), and the ADD result kept for DEL and CHECK
-//! (`cache`). CNI spec 1.0.0, with 0.3.x and 0.4.0 results read as well.
+//! (`cache`), and podunit's own bridge network for a node with no configuration
+//! (`default_network`). CNI spec 1.0.0, with 0.3.x and 0.4.0 results read as well.
 //!
 //! Why our own and not a crate: invoking a plugin is an exec with a few environment variables and
 //! JSON on stdin; the parts that matter (libcni's `runtimeConfig` injection and prevResult
@@ -10,6 +11,7 @@
 
 pub mod cache;
 pub mod config;
+pub mod default_network;
 pub mod invoke;
 pub mod plugins;
 pub mod result;

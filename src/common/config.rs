@@ -1,7 +1,10 @@
 //! The node configuration, `/etc/podunit/config.yaml`.
 //!
 //! Every key is optional: an empty or missing file means local mode (no API server) with the default
-//! policy. Unknown keys are not fatal (a newer config on an older podunit must still boot the node) but
+//! policy. Drop-ins in `/etc/podunit/config.d/*.yaml` are merged over it in lexical order, as the
+//! kubelet merges its `--config-dir`: a mapping merges key by key, any other value replaces. They
+//! let a package or a fleet tool set a key without editing the administrator's file (the packages'
+//! first install writes `network: cni` there, so an upgraded host keeps what its file says). Unknown keys are not fatal (a newer config on an older podunit must still boot the node) but
 //! are reported with their path, so a typo does not silently fall back to a default.
 
 use crate::common::policy::Policy;
@@ -144,6 +147,10 @@ pub struct Cni {
     pub bin_dirs: Vec<PathBuf>,
     /// ADD results, kept for DEL and CHECK.
     pub cache_dir: PathBuf,
+    /// The subnet of podunit's own bridge network, used when `conf_dir` holds no configuration
+    /// (`cni::default_network`); unset: 10.88.0.0/16 in local mode, the Node's podCIDRs in
+    /// cluster mode.
+    pub pod_subnet: Option<String>,
 }
 
 impl Default for Cni {
@@ -152,6 +159,7 @@ impl Default for Cni {
             conf_dir: PathBuf::from("/etc/cni/net.d"),
             bin_dirs: ["/opt/cni/bin", "/usr/lib/cni"].map(PathBuf::from).to_vec(),
             cache_dir: PathBuf::from("/var/lib/podunit/cni"),
+            pod_subnet: None,
         }
     }
 }
@@ -230,13 +238,36 @@ impl Config {
         })
     }
 
-    /// Reads `path`; a missing file is the default configuration (local mode).
+    /// Reads `path` and the drop-ins of `config.d` beside it; a missing file is the default
+    /// configuration (local mode).
     pub fn load(path: &Path) -> Result<Loaded, ConfigError> {
-        match std::fs::read_to_string(path) {
-            Ok(t) => Config::parse(&t).map_err(|e| ConfigError::Parse(path.to_path_buf(), e)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Loaded::default()),
-            Err(e) => Err(ConfigError::Read(path.to_path_buf(), e)),
+        let base = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+            Err(e) => return Err(ConfigError::Read(path.to_path_buf(), e)),
+        };
+        let dropins = dropins(&path.with_file_name(DROPIN_DIR))?;
+        if dropins.is_empty() {
+            return Config::parse(&base).map_err(|e| ConfigError::Parse(path.to_path_buf(), e));
         }
+        let mut merged =
+            yaml_mapping(&base).map_err(|e| ConfigError::Parse(path.to_path_buf(), e))?;
+        for (p, text) in &dropins {
+            let layer = yaml_mapping(text).map_err(|e| ConfigError::Parse(p.clone(), e))?;
+            merge(&mut merged, layer);
+        }
+        let mut unknown = Vec::new();
+        let config: Config = serde_ignored::deserialize(merged, |p| unknown.push(p.to_string()))
+            .map_err(|e| {
+                ConfigError::Parse(
+                    path.to_path_buf(),
+                    format!("{e} (with the drop-ins of {DROPIN_DIR}/)"),
+                )
+            })?;
+        Ok(Loaded {
+            config,
+            unknown_keys: unknown,
+        })
     }
 
     /// The policy with the top-level `hostImages` applied.
@@ -256,6 +287,64 @@ impl Config {
             return n.to_string();
         }
         host_name()
+    }
+}
+
+/// The drop-in directory beside the configuration file.
+pub const DROPIN_DIR: &str = "config.d";
+
+/// The `*.yaml` files of `dir` in lexical order, with their text; none when there is no `dir`.
+/// Dotfiles and editors' and package managers' leftovers are not `*.yaml`, so they are skipped.
+fn dropins(dir: &Path) -> Result<Vec<(PathBuf, String)>, ConfigError> {
+    let rd = match std::fs::read_dir(dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(ConfigError::Read(dir.to_path_buf(), e)),
+    };
+    let mut files: Vec<PathBuf> = rd
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| {
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+            name.ends_with(".yaml") && !name.starts_with('.')
+        })
+        .collect();
+    files.sort();
+    files
+        .into_iter()
+        .map(|p| match std::fs::read_to_string(&p) {
+            Ok(t) => Ok((p, t)),
+            Err(e) => Err(ConfigError::Read(p, e)),
+        })
+        .collect()
+}
+
+/// A YAML document that must be a mapping (or empty).
+fn yaml_mapping(text: &str) -> Result<serde_json::Value, String> {
+    if text.trim().is_empty() {
+        return Ok(serde_json::Value::Object(Default::default()));
+    }
+    match serde_saphyr::from_str::<serde_json::Value>(text).map_err(|e| e.to_string())? {
+        v @ serde_json::Value::Object(_) => Ok(v),
+        serde_json::Value::Null => Ok(serde_json::Value::Object(Default::default())),
+        _ => Err("not a mapping of keys to values".into()),
+    }
+}
+
+/// `layer` over `base`: mappings merge key by key, anything else replaces.
+fn merge(base: &mut serde_json::Value, layer: serde_json::Value) {
+    match (base, layer) {
+        (serde_json::Value::Object(b), serde_json::Value::Object(l)) => {
+            for (k, v) in l {
+                match b.get_mut(&k) {
+                    Some(slot) => merge(slot, v),
+                    None => {
+                        b.insert(k, v);
+                    }
+                }
+            }
+        }
+        (slot, v) => *slot = v,
     }
 }
 
@@ -414,6 +503,51 @@ mod tests {
             l.config.effective_policy().host_images,
             vec!["host", "debian"]
         );
+    }
+
+    #[test]
+    fn dropins_merge_over_the_file_in_lexical_order() {
+        let dir = std::env::temp_dir().join(format!("podunit-config-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("config.yaml");
+        std::fs::write(
+            &file,
+            "network: host\ncluster:\n  leaseRenewSeconds: 5\nclusterDNS: [10.0.0.10]\n",
+        )
+        .unwrap();
+        let d = dir.join(DROPIN_DIR);
+        std::fs::create_dir(&d).unwrap();
+        std::fs::write(d.join("50-network.yaml"), "# first install\nnetwork: cni\n").unwrap();
+        std::fs::write(
+            d.join("60-site.yaml"),
+            "cluster:\n  maxBackoffSeconds: 9\nclusterDNS: [10.0.0.53]\nbogus: 1\n",
+        )
+        .unwrap();
+        std::fs::write(d.join("70-x.yaml~"), "network: private\n").unwrap();
+        std::fs::write(d.join("empty.yaml"), "").unwrap();
+        let l = Config::load(&file).unwrap();
+        assert_eq!(l.config.network, Network::Cni);
+        // Mappings merge key by key; lists replace.
+        assert_eq!(l.config.cluster.lease_renew_seconds, 5);
+        assert_eq!(l.config.cluster.max_backoff_seconds, 9);
+        assert_eq!(l.config.cluster_dns, vec!["10.0.0.53"]);
+        assert_eq!(l.unknown_keys, vec!["bogus"]);
+
+        // A broken drop-in is an error naming it, not a silent default.
+        std::fs::write(d.join("80-bad.yaml"), "- a list\n").unwrap();
+        let e = Config::load(&file).unwrap_err().to_string();
+        assert!(e.contains("80-bad.yaml"), "{e}");
+        std::fs::write(d.join("80-bad.yaml"), "network: wifi\n").unwrap();
+        assert!(Config::load(&file).is_err());
+
+        // Drop-ins alone (no file) apply too.
+        std::fs::remove_file(d.join("80-bad.yaml")).unwrap();
+        std::fs::remove_file(&file).unwrap();
+        let l = Config::load(&file).unwrap();
+        assert_eq!(l.config.network, Network::Cni);
+        assert_eq!(l.config.cluster.lease_renew_seconds, 10);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -64,6 +64,10 @@ impl Paths {
     /// the kubelet gives containers (`KUBERNETES_SERVICE_HOST`, ...): written by the node agent,
     /// read by `pod-prepare`.
     pub const SERVICES: &'static str = "/var/lib/podunit/services.json";
+    /// The Node's `spec.podCIDRs` as the node agent last saw them (cluster mode), for podunit's
+    /// own bridge network (`cni::default_network`): written by the node agent, read by
+    /// `pod-prepare`.
+    pub const POD_CIDRS: &'static str = "/var/lib/podunit/pod-cidrs.json";
     /// The local image store: `<store>/<escaped reference>/` holds a root filesystem or an image file.
     pub const IMAGES: &'static str = "/var/lib/podunit/images";
     /// Pulled images: content-addressed blobs, unpacked layers, name records (docs/images.md).

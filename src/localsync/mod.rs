@@ -157,6 +157,8 @@ pub struct Syncer {
     /// network or a ConfigMap not there yet). The kubelet's pod worker tries a failed sync again
     /// 10 s later; a reconcile starts failed pod units.
     retry_at: Option<Instant>,
+    /// The CNI cache to sweep once no stop job is left (asked for once, at the start).
+    sweep_at_rest: Option<std::path::PathBuf>,
 }
 
 /// How long after a pod's failed start it is tried again (the kubelet's `backOffPeriod`).
@@ -186,6 +188,7 @@ impl Syncer {
             pending_slices: Vec::new(),
             images: None,
             retry_at: None,
+            sweep_at_rest: None,
         }
     }
 
@@ -368,6 +371,9 @@ impl Syncer {
     /// Every stop job has ended: clean up the removed pods, then stop their slices.
     fn after_stops(&mut self) {
         self.cleanup_removed();
+        if let Some(dir) = self.sweep_at_rest.take() {
+            self.sweep_networks(&dir);
+        }
         for unit in std::mem::take(&mut self.pending_slices) {
             log(&format!("stopping {unit}: its pod is gone"));
             match self.client.stop(&unit) {
@@ -463,6 +469,60 @@ impl Syncer {
                 Err(e) if e.is_unit_exists() => {}
                 Err(e) => log(&format!("{e}")),
             }
+        }
+    }
+
+    /// Asks for a sweep of the CNI attachments in `cache_dir` once no stop job is left (the
+    /// units of pods nobody knows any more are stopped by then, so their namespaces are empty).
+    pub fn sweep_networks_at_rest(&mut self, cache_dir: std::path::PathBuf) {
+        self.sweep_at_rest = Some(cache_dir);
+        if self.pending_stops.is_empty() {
+            self.after_stops();
+        }
+    }
+
+    /// Starts `podunit cni-sweep` (a transient unit: podunit-sync's sandbox cannot run plugins)
+    /// for the CNI attachments in `cache_dir`, naming every pod that may own one: the rendered
+    /// pods and the recorded ones, whose cleanup detaches them. Nothing cached, nothing to run.
+    fn sweep_networks(&mut self, cache_dir: &std::path::Path) {
+        let cached = crate::cni::cache::Cache::new(cache_dir)
+            .entries()
+            .map(|e| !e.is_empty())
+            .unwrap_or(true);
+        if !cached {
+            return;
+        }
+        let mut live: std::collections::BTreeSet<String> = match self.desired() {
+            Ok(pods) => pods.into_iter().filter_map(|p| p.uid).collect(),
+            Err(e) => {
+                log(&format!("CNI sweep skipped: {e}"));
+                return;
+            }
+        };
+        match statefile::load(&self.opts.state_file) {
+            Ok(s) => live.extend(
+                s.pods
+                    .values()
+                    .chain(s.removed.values())
+                    .filter_map(|r| r.uid.clone()),
+            ),
+            Err(e) => {
+                log(&format!("CNI sweep skipped: {e}"));
+                return;
+            }
+        }
+        let bin = crate::generate::podunit_bin(&self.opts.paths);
+        let mut argv: Vec<String> = vec![bin, "cni-sweep".into(), "--".into()];
+        argv.extend(live);
+        let name = "podunit-cni-sweep.service";
+        match self.client.run_transient(
+            name,
+            "Delete the network attachments of pods that are gone",
+            &argv,
+        ) {
+            Ok(_) => log(&format!("checking the CNI attachments ({name})")),
+            Err(e) if e.is_unit_exists() => {}
+            Err(e) => log(&format!("{e}")),
         }
     }
 

@@ -10,7 +10,8 @@
 //! a plugin the host's own namespace: a DEL there would delete the host's `eth0`.
 
 use crate::cni::cache::Cache;
-use crate::cni::config::{self, NetworkConfigList};
+use crate::cni::config::NetworkConfigList;
+use crate::cni::default_network::{self, Fallback};
 use crate::cni::invoke::{Attachment, Bandwidth, CapabilityArgs, PodRef, PortMapping, Runtime};
 use crate::common::atomicfile;
 use crate::common::config::Cni;
@@ -28,7 +29,7 @@ pub const IFNAME: &str = "eth0";
 #[derive(Debug)]
 pub enum NetworkError {
     /// No (valid) network configuration: the node's network is not ready.
-    Config(config::ConfigError),
+    Config(crate::cni::config::ConfigError),
     /// The pod unit is not in a network namespace of its own.
     HostNamespace,
     Namespace(String),
@@ -226,6 +227,7 @@ pub fn attach(
     plan: &PodPlan,
     net: &NetworkPlan,
     cfg: &Cni,
+    fallback: &Fallback,
     paths: &Paths,
 ) -> Result<Vec<IpAddr>, NetworkError> {
     let own = File::open("/proc/thread-self/ns/net")
@@ -234,10 +236,11 @@ pub fn attach(
     if ns_id(&own).is_none() || ns_id(&own) == host_id {
         return Err(NetworkError::HostNamespace);
     }
-    let list = config::load_dir(&host(paths, &cfg.conf_dir)).map_err(NetworkError::Config)?;
+    let list = default_network::load(&host(paths, &cfg.conf_dir), fallback)
+        .map_err(NetworkError::Config)?;
     // What a start before this one left: its DEL runs in the namespace it pinned, if that is
     // still there (the same boot), else with none (a reboot took it and what was in it).
-    detach(&plan.uid, cfg, paths)?;
+    detach(&plan.uid, cfg, fallback, paths)?;
     let pin_at = paths.host(&pin_path(&plan.uid));
     pin(&pin_at)?;
     enter_host()?;
@@ -288,7 +291,12 @@ fn add(
 /// none; then unpins it. Nothing cached and nothing pinned is nothing to do. The plugins run
 /// from the host's namespace; this thread is back in its own afterwards (`attach` pins that one
 /// next).
-pub fn detach(uid: &str, cfg: &Cni, paths: &Paths) -> Result<(), NetworkError> {
+pub fn detach(
+    uid: &str,
+    cfg: &Cni,
+    fallback: &Fallback,
+    paths: &Paths,
+) -> Result<(), NetworkError> {
     let pin_at = paths.host(&pin_path(uid));
     let rt = runtime(cfg, paths);
     let cached = rt
@@ -304,7 +312,8 @@ pub fn detach(uid: &str, cfg: &Cni, paths: &Paths) -> Result<(), NetworkError> {
         .and_then(|b| NetworkConfigList::parse(&b, true).ok())
     {
         Some(l) => l,
-        None => config::load_dir(&host(paths, &cfg.conf_dir)).map_err(NetworkError::Config)?,
+        None => default_network::load(&host(paths, &cfg.conf_dir), fallback)
+            .map_err(NetworkError::Config)?,
     };
     let netns = match pinned(&pin_at) {
         Some(_) => pin_at.clone(),
@@ -316,4 +325,79 @@ pub fn detach(uid: &str, cfg: &Cni, paths: &Paths) -> Result<(), NetworkError> {
         .map_err(NetworkError::Plugin)?;
     unpin(&pin_at);
     Ok(())
+}
+
+/// Whether any process is in network namespace `ns` (each one's `/proc/<pid>/ns/net` is
+/// compared; a process that exits meanwhile is no process).
+fn has_process(ns: &File) -> bool {
+    let Some(want) = ns_id(ns) else {
+        return false;
+    };
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return true;
+    };
+    rd.filter_map(|e| e.ok())
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .any(|e| {
+            std::fs::metadata(e.path().join("ns/net")).is_ok_and(|m| (m.dev(), m.ino()) == want)
+        })
+}
+
+/// What [`sweep`] did.
+#[derive(Debug, Default)]
+pub struct Sweep {
+    /// Pods whose attachment was deleted: no pod has their UID any more.
+    pub deleted: Vec<String>,
+    /// Attachments that could not be deleted, and why (the next sweep tries again).
+    pub failed: Vec<(String, NetworkError)>,
+    /// What GC answered: None when it ran, else why not.
+    pub gc: Option<String>,
+}
+
+/// Deletes the attachments of pods that are gone, as containerd's sandbox cleanup at its start:
+/// every cached ADD whose container ID is not in `live` and whose namespace no process is in
+/// gets DEL (a pod starting this moment has `pod-prepare` in its namespace, pinned before its
+/// ADD; a pod whose units were stopped without their commands has a pin and nobody in it). Then, where the
+/// network's version has it (CNI 1.1.0), GC tells the plugins which attachments are valid, so
+/// they free what no cache entry recorded (an ADD cut off before its result was cached).
+pub fn sweep(
+    live: &std::collections::BTreeSet<String>,
+    cfg: &Cni,
+    fallback: &Fallback,
+    paths: &Paths,
+) -> Result<Sweep, NetworkError> {
+    let rt = runtime(cfg, paths);
+    let entries = rt
+        .cache
+        .entries()
+        .map_err(|e| NetworkError::Plugin(e.into()))?;
+    let mut out = Sweep::default();
+    let mut valid = Vec::new();
+    for (id, ifname) in entries {
+        let in_use = pinned(&paths.host(&pin_path(&id))).is_some_and(|ns| has_process(&ns));
+        if ifname != IFNAME || live.contains(&id) || in_use {
+            valid.push((id, ifname));
+            continue;
+        }
+        match detach(&id, cfg, fallback, paths) {
+            Ok(()) => out.deleted.push(id),
+            Err(e) => {
+                out.failed.push((id.clone(), e));
+                valid.push((id, ifname));
+            }
+        }
+    }
+    out.gc = match default_network::load(&host(paths, &cfg.conf_dir), fallback) {
+        Ok(list) => match in_host_namespace(|| rt.gc(&list, &valid))? {
+            Ok(crate::cni::invoke::Outcome::Done) => None,
+            Ok(crate::cni::invoke::Outcome::Skipped(why)) => Some(why),
+            Err(e) => Some(e.to_string()),
+        },
+        Err(e) => Some(e.to_string()),
+    };
+    Ok(out)
 }

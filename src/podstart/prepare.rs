@@ -165,6 +165,8 @@ fn kind(secret: bool) -> &'static str {
 pub struct NodeNet {
     pub node_ip: String,
     pub cni: crate::common::config::Cni,
+    /// What the network is when `cni.conf_dir` holds no configuration.
+    pub fallback: crate::cni::default_network::Fallback,
     /// The node's resolver configuration (`resolvConf`), the base of the pods' own.
     pub resolv_conf: PathBuf,
 }
@@ -188,7 +190,7 @@ pub fn prepare(
     mkdir(&runtime, 0o700)?;
     // First: a pod whose network cannot be set up starts nothing (the kubelet's sandbox).
     let pod_ips: Vec<String> = match &plan.network {
-        Some(n) => crate::podstart::network::attach(plan, n, &node.cni, paths)
+        Some(n) => crate::podstart::network::attach(plan, n, &node.cni, &node.fallback, paths)
             .map_err(PrepareError::Network)?
             .iter()
             .map(|ip| ip.to_string())
@@ -339,6 +341,7 @@ pub fn cleanup(
     plan: &PodPlan,
     paths: &Paths,
     cni: &crate::common::config::Cni,
+    fallback: &crate::cni::default_network::Fallback,
 ) -> Result<(), PrepareError> {
     check_dirs(plan)?;
     if plan.network.is_some() && paths.root == Path::new("/") {
@@ -347,9 +350,8 @@ pub fn cleanup(
     }
     // Whatever else fails: the address and the host port rules must not outlive the pod.
     let detached = match plan.network {
-        Some(_) => {
-            crate::podstart::network::detach(&plan.uid, cni, paths).map_err(PrepareError::Network)
-        }
+        Some(_) => crate::podstart::network::detach(&plan.uid, cni, fallback, paths)
+            .map_err(PrepareError::Network),
         None => Ok(()),
     };
     if plan.share_process_namespace {

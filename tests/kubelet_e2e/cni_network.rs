@@ -1,5 +1,7 @@
 //! `network: cni` in cluster mode, through the real API server: without a CNI configuration the
-//! Node is NotReady with the kubelet's message; with one it is Ready, a pod's `status.podIP` is
+//! Node is NotReady with the kubelet's message; once the controller manager's node IPAM gives the
+//! Node a `podCIDR` it is Ready, and a pod gets an address from that range on podunit's own
+//! bridge network (kubenet's way); with a configuration of its own it is Ready, a pod's `status.podIP` is
 //! the address the plugins gave it (and what its downward API sees), `kubectl exec` runs in its
 //! namespace, and `kubectl port-forward` reaches its loopback. A plugin that fails is the
 //! kubelet's `FailedCreatePodSandBox` event, leaks no address, and the pod starts once the
@@ -12,6 +14,8 @@ use super::{NODE, forward_pong, kubectl, pong_pod};
 use serde_json::{Value, json};
 
 const SUBNET: &str = "10.88.9.";
+/// What the node IPAM controller divides into a /24 per Node.
+const CLUSTER_CIDR: &str = "10.120.0.0/16";
 
 /// The Node's Ready condition as kubectl reads it: (status, message).
 fn ready(cp: &ControlPlane) -> Option<(String, String)> {
@@ -33,7 +37,7 @@ fn ready(cp: &ControlPlane) -> Option<(String, String)> {
 #[test]
 fn cni_pods_through_a_real_apiserver() {
     let m = Machine::boot("kubelet-cni");
-    let cp = ControlPlane::start(&m, NODE);
+    let mut cp = ControlPlane::start(&m, NODE);
     m.write(
         "/etc/podunit/config.yaml",
         format!("nodeName: {NODE}\nkubeconfig: {NODE_KUBECONFIG}\nnetwork: cni\n").as_bytes(),
@@ -48,11 +52,60 @@ fn cni_pods_through_a_real_apiserver() {
          message:Network plugin returns error: cni plugin not initialized"
     );
 
+    // The Node's podCIDR: podunit's own bridge network on it, with no configuration written.
+    cp.start_node_ipam(CLUSTER_CIDR);
+    let cidr = m.wait_for("the Node's podCIDR", SOON, || {
+        kubectl(
+            &cp,
+            &["get", "node", NODE, "-o", "jsonpath={.spec.podCIDR}"],
+        )
+        .ok()
+        .filter(|c| !c.is_empty())
+    });
+    assert!(
+        cidr.starts_with("10.120.") && cidr.ends_with(".0/24"),
+        "{cidr}"
+    );
+    let prefix = cidr.trim_end_matches("0/24").to_string();
+    m.wait_for("the Node Ready on its podCIDR", SOON, || {
+        ready(&cp).filter(|(s, _)| s == "True")
+    });
+    let kubenet: Value = serde_json::from_str(&pong_pod("kubenet")).unwrap();
+    cp.kubectl_ok(&["apply", "-f", "-"], Some(&kubenet.to_string()));
+    let ip = m.wait_for("kubenet's address in the API", SOON, || {
+        kubectl(
+            &cp,
+            &["get", "pod", "kubenet", "-o", "jsonpath={.status.podIP}"],
+        )
+        .ok()
+        .filter(|ip| !ip.is_empty())
+    });
+    assert!(
+        ip.starts_with(&prefix) && ip != format!("{prefix}1"),
+        "{ip} is not a pod address in {cidr}\n{}",
+        m.diagnostics()
+    );
+    let gateway = m.sh_ok("ip -4 -o addr show dev podunit0");
+    assert!(gateway.contains(&format!(" {prefix}1/24 ")), "{gateway}");
+    assert!(
+        m.sh_ok("ls /etc/cni/net.d 2>/dev/null || true")
+            .trim()
+            .is_empty(),
+        "podunit wrote into the configuration directory"
+    );
+    cp.kubectl_ok(&["delete", "pod", "kubenet", "--wait=false"], None);
+    m.wait_for("kubenet's address released", SOON, || {
+        let leases = m.sh_ok("ls /var/lib/cni/networks/podunit");
+        (!leases.lines().any(|l| l == ip)).then_some(())
+    });
+
+    // A configuration of the cluster's own wins over podunit's network (a bridge of its own,
+    // as an add-on's would be).
     m.write(
         "/etc/cni/net.d/10-podunit.conflist",
         format!(
             r#"{{"cniVersion": "1.0.0", "name": "podunit", "plugins": [
-  {{"type": "bridge", "bridge": "podunit0", "isGateway": true, "ipMasq": true,
+  {{"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": true,
    "ipam": {{"type": "host-local", "ranges": [[{{"subnet": "{SUBNET}0/24"}}]]}}}}]}}"#
         )
         .as_bytes(),

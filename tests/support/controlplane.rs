@@ -191,7 +191,8 @@ pub struct ControlPlane {
     etcd: Option<Child>,
     apiserver: Option<Child>,
     controller_manager: Option<Child>,
-    endpoint_controllers: Option<Child>,
+    /// Controller managers with other controllers (endpoints, node IPAM).
+    more_controllers: Vec<Child>,
     /// How many times the API server was started (names its log files).
     starts: usize,
 }
@@ -248,7 +249,7 @@ impl ControlPlane {
             etcd: None,
             apiserver: None,
             controller_manager: None,
-            endpoint_controllers: None,
+            more_controllers: Vec::new(),
             starts: 0,
         };
         cp.start_etcd();
@@ -372,7 +373,19 @@ impl ControlPlane {
             "endpoint,endpointslice",
             &[],
         );
-        self.endpoint_controllers = Some(child);
+        self.more_controllers.push(child);
+    }
+
+    /// Starts kube-controller-manager with only its node IPAM controller, giving each Node a
+    /// `podCIDR` out of `cluster_cidr` (`--allocate-node-cidrs`, /24 per node).
+    pub fn start_node_ipam(&mut self, cluster_cidr: &str) {
+        let flags = [
+            "--allocate-node-cidrs=true".to_string(),
+            format!("--cluster-cidr={cluster_cidr}"),
+            "--node-cidr-mask-size=24".to_string(),
+        ];
+        let child = self.controllers("kube-controller-manager-nodeipam.log", "nodeipam", &flags);
+        self.more_controllers.push(child);
     }
 
     /// A kube-controller-manager running `controllers` (with `extra` flags) as the cluster's
@@ -585,12 +598,11 @@ impl ControlPlane {
 
 impl Drop for ControlPlane {
     fn drop(&mut self) {
-        for c in [
-            self.controller_manager.take(),
-            self.endpoint_controllers.take(),
-        ]
-        .into_iter()
-        .flatten()
+        for c in self
+            .controller_manager
+            .take()
+            .into_iter()
+            .chain(std::mem::take(&mut self.more_controllers))
         {
             let mut c = c;
             let _ = c.kill();

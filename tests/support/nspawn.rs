@@ -285,20 +285,30 @@ pub struct Machine {
     nspawn: Option<Child>,
     leader: u32,
     cgroups: Option<CgroupFixup>,
+    /// The network namespace the machine runs in (`--network-namespace-path`); None: a private
+    /// one with loopback only (`--private-network`).
+    netns: Option<PathBuf>,
 }
 
 impl Machine {
     /// Copies the rootfs, installs this build of podunit and boots. `name` is for humans (logs).
     pub fn boot(name: &str) -> Machine {
-        Machine::boot_with(name, Some(binaries()))
+        Machine::boot_with(name, Some(binaries()), None)
+    }
+
+    /// As `boot`, but the machine runs in an existing network namespace (`netns`, e.g.
+    /// /run/netns/<name>, made by the test) instead of a private one: its links, addresses and
+    /// routes are that namespace's, also after a reboot or a power cut.
+    pub fn boot_in_netns(name: &str, netns: impl AsRef<Path>) -> Machine {
+        Machine::boot_with(name, Some(binaries()), Some(netns.as_ref().to_path_buf()))
     }
 
     /// Boots the plain rootfs without podunit (the package tests install their .deb themselves).
     pub fn boot_bare(name: &str) -> Machine {
-        Machine::boot_with(name, None)
+        Machine::boot_with(name, None, None)
     }
 
-    fn boot_with(name: &str, bins: Option<&Binaries>) -> Machine {
+    fn boot_with(name: &str, bins: Option<&Binaries>, netns: Option<PathBuf>) -> Machine {
         preflight();
         let rootfs = rootfs();
         let seq = SEQ.fetch_add(1, Ordering::SeqCst);
@@ -327,6 +337,7 @@ impl Machine {
             nspawn: None,
             leader: 0,
             cgroups: None,
+            netns,
         };
         if let Some(bins) = bins {
             m.install(bins);
@@ -452,10 +463,19 @@ impl Machine {
             "--register=no".into(),
             "--keep-unit".into(),
             format!("--machine={}", self.name),
-            // Loopback only: pods in tests never reach (or collide on) the host's network.
-            "--private-network".into(),
             "--console=read-only".into(),
         ];
+        // Loopback only, or the test's own namespace: pods in tests never reach (or collide on)
+        // the host's network. Only with --private-network does nspawn keep CAP_NET_ADMIN and a
+        // writable /proc/sys/net: in the test's namespace the machine needs them too (bridges,
+        // routes, iptables, sysctls), so ask for them (`SYSTEMD_NSPAWN_API_VFS_WRITABLE=network`).
+        match &self.netns {
+            Some(ns) => nspawn_args.extend([
+                format!("--network-namespace-path={}", ns.display()),
+                "--capability=CAP_NET_ADMIN".into(),
+            ]),
+            None => nspawn_args.push("--private-network".into()),
+        }
         let mut procs = Vec::new();
         if let Some(cg) = &self.cgroups {
             nspawn_args.extend(cg.nspawn_args());
@@ -467,7 +487,11 @@ impl Machine {
             nspawn_args.push("--boot".into());
         }
         // A shell moves itself into the machine's cgroups, then becomes nspawn (no unsafe pre_exec).
-        let child = Command::new("/bin/sh")
+        let mut sh = Command::new("/bin/sh");
+        if self.netns.is_some() {
+            sh.env("SYSTEMD_NSPAWN_API_VFS_WRITABLE", "network");
+        }
+        let child = sh
             .arg("-c")
             .arg(r#"while [ "$1" != -- ]; do echo $$ > "$1" || exit 97; shift; done; shift; exec "$@""#)
             .arg("sh")
@@ -549,10 +573,17 @@ impl Machine {
     /// Cuts the power: SIGKILL to the machine's PID 1, so nothing inside runs a stop command,
     /// then boots it again on the same root. What was on tmpfs (/run) is gone, /var is not.
     pub fn power_cut(&mut self) {
+        self.power_cut_and(|_| {});
+    }
+
+    /// [`Self::power_cut`], with `while_down` run on the machine's root directory (on the host)
+    /// before it boots again: what happens to a disk while its machine is off.
+    pub fn power_cut_and(&mut self, while_down: impl FnOnce(&Path)) {
         let _ = Command::new("kill")
             .args(["-KILL", &self.leader.to_string()])
             .status();
         self.wait_down();
+        while_down(&self.root);
         self.start();
     }
 
