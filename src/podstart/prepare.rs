@@ -26,6 +26,10 @@ pub enum PrepareError {
     Missing {
         what: String,
     },
+    /// Cluster mode: the Services' environment is asked for, and the node agent has not listed
+    /// the Services yet (the kubelet refuses to start an API pod's containers then, so none
+    /// starts without `KUBERNETES_SERVICE_HOST`).
+    ServicesNotRead,
     /// A hostPath is not what its `type` demands.
     HostPathType {
         path: String,
@@ -51,6 +55,9 @@ impl fmt::Display for PrepareError {
         match self {
             PrepareError::Io { path, error } => write!(f, "{}: {error}", path.display()),
             PrepareError::Missing { what } => write!(f, "{what} not found"),
+            PrepareError::ServicesNotRead => f.write_str(
+                "services have not yet been read at least once, cannot construct envvars",
+            ),
             PrepareError::HostPathType { path, expected } => {
                 write!(f, "hostPath {path:?} is not {expected}")
             }
@@ -72,7 +79,9 @@ impl PrepareError {
     /// (the kubelet's volume setup failing).
     pub fn waiting_reason(&self) -> &'static str {
         match self {
-            PrepareError::Missing { .. } | PrepareError::Env { .. } => "CreateContainerConfigError",
+            PrepareError::Missing { .. }
+            | PrepareError::Env { .. }
+            | PrepareError::ServicesNotRead => "CreateContainerConfigError",
             PrepareError::Root(_) => "CreateContainerError",
             _ => "ContainerCreating",
         }
@@ -208,15 +217,15 @@ pub fn prepare(
     if !plan.env_files.is_empty() {
         mkdir(&runtime.join("env"), 0o700)?;
     }
-    let services = if plan.env_files.iter().any(|f| {
+    let wants_services = plan.env_files.iter().any(|f| {
         f.entries
             .iter()
             .any(|e| matches!(e, EnvEntry::Services { .. }))
-    }) {
-        read_services(paths)
-    } else {
-        Vec::new()
-    };
+    });
+    let services = services_for(
+        wants_services.then(|| read_services(paths)),
+        is_api_pod(plan, paths),
+    )?;
     for f in &plan.env_files {
         let text = env_file(plan, catalog, f, &ips, &services)?;
         let opts = atomicfile::Options::new(0o600).owner(0, 0);
@@ -652,13 +661,33 @@ struct Ips<'a> {
     pod: &'a [String],
 }
 
-/// The Services podunit-sync last saw; none before it wrote them (or when they cannot be read:
-/// the kubelet, too, starts a container without them when its informer has none yet).
-fn read_services(paths: &Paths) -> Vec<ServiceRef> {
+/// The Services a pod's environment gets: `read` is None when it wants none, Some(None) when
+/// podunit-sync has not listed them yet. Then an API pod waits, as the kubelet makes it
+/// (`makeEnvironmentVariables`); a static pod starts without them (it may be what serves them).
+fn services_for(
+    read: Option<Option<Vec<ServiceRef>>>,
+    api_pod: bool,
+) -> Result<Vec<ServiceRef>, PrepareError> {
+    match read {
+        None => Ok(Vec::new()),
+        Some(Some(s)) => Ok(s),
+        Some(None) if !api_pod => Ok(Vec::new()),
+        Some(None) => Err(PrepareError::ServicesNotRead),
+    }
+}
+
+/// Whether the pod came from the API server (through the spool), not a static pod.
+fn is_api_pod(plan: &PodPlan, paths: &Paths) -> bool {
+    let source = Path::new(&plan.source);
+    source.starts_with(paths.spool()) || source.starts_with(Paths::SPOOL)
+}
+
+/// The Services podunit-sync last saw; None before it first wrote them (or when they cannot
+/// be read: the next try reads them again).
+fn read_services(paths: &Paths) -> Option<Vec<ServiceRef>> {
     std::fs::read(paths.host(Paths::SERVICES))
         .ok()
         .and_then(|b| serde_json::from_slice(&b).ok())
-        .unwrap_or_default()
 }
 
 /// The text of one env file: Kubernetes order (later wins), `$(VAR)` expanded over what came before.
@@ -774,4 +803,22 @@ pub fn node_ip() -> String {
         Ok(s.local_addr()?.ip().to_string())
     };
     probe().unwrap_or_else(|_| "127.0.0.1".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn api_pods_wait_for_the_first_service_list_and_static_pods_do_not() {
+        assert!(services_for(None, true).unwrap().is_empty());
+        assert!(services_for(Some(None), false).unwrap().is_empty());
+        let e = services_for(Some(None), true).unwrap_err();
+        assert_eq!(e.waiting_reason(), "CreateContainerConfigError");
+        assert_eq!(
+            e.to_string(),
+            "services have not yet been read at least once, cannot construct envvars"
+        );
+        assert!(services_for(Some(Some(Vec::new())), true).is_ok());
+    }
 }
