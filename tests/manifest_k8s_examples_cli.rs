@@ -45,7 +45,7 @@ const NO_IMAGE_VOLUME: &str = "image volumes are not supported";
 const NO_LOCALHOST_SECCOMP: &str = "\"Localhost\" profiles are not supported";
 const BAD_YAML: &str = "not valid YAML or JSON";
 const NODE_AFFINITY: &str = "refused as the kubelet refuses it (NodeAffinity)";
-const OTHER_KIND: &str = "is not supported here (only v1 Pod, ConfigMap and Secret)";
+const OTHER_KIND: &str = "is not supported here";
 
 const WHY_IMAGE: &str =
     "the image is not on the node yet: podunit-sync pulls it, then the pod starts";

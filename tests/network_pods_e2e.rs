@@ -113,8 +113,16 @@ fn uid_of(m: &Machine, name: &str) -> String {
 
 /// The addresses host-local holds, sorted.
 fn ipam_leases(m: &Machine) -> Vec<String> {
+    ipam_leases_of(m, NET)
+        .into_iter()
+        .filter(|l| l.starts_with(SUBNET))
+        .collect()
+}
+
+/// The addresses host-local has leased on network `net`, sorted.
+fn ipam_leases_of(m: &Machine, net: &str) -> Vec<String> {
     let out = m.sh_ok(&format!(
-        "ls /var/lib/cni/networks/{NET} 2>/dev/null | grep '^{SUBNET}' || true"
+        "ls /var/lib/cni/networks/{net} 2>/dev/null | grep '^[0-9a-f.:]*$' || true"
     ));
     let mut v: Vec<String> = out.lines().map(str::to_string).collect();
     v.sort();
@@ -655,4 +663,125 @@ fn a_pod_reaches_a_pod_on_another_node_by_its_ip() {
             explain(&all)
         );
     }
+}
+
+/// A Deployment (beside its Service, which a standalone node skips) with `replicas` pods whose
+/// container answers on port 8080 with its pod's name and address; `version` is in the template.
+fn deployment(replicas: usize, version: &str) -> String {
+    let script = "exec perl -MIO::Socket::INET -e '$s = IO::Socket::INET->new(LocalPort => 8080, \
+         Listen => 8, ReuseAddr => 1) or die \"listen: $!\"; while ($c = $s->accept) \
+         { print $c \"$ENV{POD_NAME} $ENV{POD_IP} $ENV{VERSION}\\n\"; close $c }'";
+    format!(
+        "apiVersion: v1\nkind: Service\nmetadata: {{name: web}}\nspec:\n  selector: {{app: web}}\n  \
+         ports: [{{port: 8080}}]\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: web}}\n\
+         spec:\n  replicas: {replicas}\n  selector: {{matchLabels: {{app: web}}}}\n  template:\n    \
+         metadata: {{labels: {{app: web}}}}\n    spec:\n      terminationGracePeriodSeconds: 1\n      \
+         containers:\n      - name: main\n        image: host\n        command: [/bin/sh, -c, {script:?}]\n        \
+         ports: [{{containerPort: 8080}}]\n        env:\n        - {{name: VERSION, value: {version:?}}}\n        \
+         - name: POD_NAME\n          valueFrom: {{fieldRef: {{fieldPath: metadata.name}}}}\n        \
+         - name: POD_IP\n          valueFrom: {{fieldRef: {{fieldPath: status.podIP}}}}\n"
+    )
+}
+
+/// The names of the pods `podunit status -o json` shows whose name starts with `prefix`, sorted.
+fn pods_named(m: &Machine, prefix: &str) -> Vec<String> {
+    let v: serde_json::Value = serde_json::from_str(&m.sh_ok("podunit status -o json")).unwrap();
+    let mut names: Vec<String> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["name"].as_str())
+        .filter(|n| n.starts_with(prefix))
+        .map(str::to_string)
+        .collect();
+    names.sort();
+    names
+}
+
+/// A Deployment dropped into /etc/pods.d runs its replicas, all on one port, each on an address
+/// of its own from podunit's own network (no CNI configuration written); scaling up keeps the
+/// running replicas, scaling down stops the newest, and a changed template replaces them all.
+#[test]
+fn a_deployment_runs_its_replicas_each_on_its_own_address() {
+    let m = Machine::boot("network-deployment");
+    m.write("/etc/podunit/config.yaml", b"network: cni\n");
+    start_sync(&m);
+    let running = |n: usize, version: &str| -> Vec<(String, String)> {
+        m.wait_for(
+            &format!("{n} replicas of {version} answering"),
+            SOON,
+            || {
+                let names = pods_named(&m, "web-");
+                if names.len() != n {
+                    return None;
+                }
+                let mut seen = Vec::new();
+                for name in &names {
+                    let unit = ctr_unit(NS, name, "main");
+                    if m.prop(&unit, "ActiveState") != "active" {
+                        return None;
+                    }
+                    let ip = status_ip(&m, name);
+                    let out = m.sh(&format!(
+                    "perl -MIO::Socket::INET -e '$c = IO::Socket::INET->new(PeerAddr => \"{ip}\", \
+                     PeerPort => 8080, Timeout => 2) or exit 1; print scalar <$c>'"
+                ));
+                    if String::from_utf8_lossy(&out.stdout).trim()
+                        != format!("{name} {ip} {version}")
+                    {
+                        return None;
+                    }
+                    seen.push((name.clone(), ip));
+                }
+                Some(seen)
+            },
+        )
+    };
+
+    m.write("/etc/pods.d/web.yaml", deployment(2, "v1").as_bytes());
+    m.daemon_reload();
+    let two = running(2, "v1");
+    let ips: Vec<&String> = two.iter().map(|(_, ip)| ip).collect();
+    assert_ne!(ips[0], ips[1]);
+    assert!(ips.iter().all(|ip| ip.starts_with("10.88.")), "{two:?}");
+    // Named as the controllers name them: <deployment>-<pod-template-hash>-<5 characters>.
+    let hash = two[0].0.split('-').nth(1).unwrap().to_string();
+    for (name, _) in &two {
+        let parts: Vec<&str> = name.split('-').collect();
+        assert_eq!(parts.len(), 3, "{name}");
+        assert_eq!(
+            (parts[0], parts[1], parts[2].len()),
+            ("web", hash.as_str(), 5)
+        );
+    }
+    let first = ctr_unit(NS, &two[0].0, "main");
+    let invocation = m.prop(&first, "InvocationID");
+
+    m.write("/etc/pods.d/web.yaml", deployment(3, "v1").as_bytes());
+    m.daemon_reload();
+    let three = running(3, "v1");
+    for (name, _) in &two {
+        assert!(
+            three.iter().any(|(n, _)| n == name),
+            "{name} not kept: {three:?}"
+        );
+    }
+    assert_eq!(
+        m.prop(&first, "InvocationID"),
+        invocation,
+        "scaling up restarted a replica"
+    );
+
+    m.write("/etc/pods.d/web.yaml", deployment(1, "v1").as_bytes());
+    m.daemon_reload();
+    let one = running(1, "v1");
+    m.wait_for("two replicas' addresses freed", SOON, || {
+        (ipam_leases_of(&m, "podunit").len() == 1).then_some(())
+    });
+
+    m.write("/etc/pods.d/web.yaml", deployment(1, "v2").as_bytes());
+    m.daemon_reload();
+    let rolled = running(1, "v2");
+    assert_ne!(rolled[0].0, one[0].0);
+    assert!(!rolled[0].0.contains(&format!("-{hash}-")), "{rolled:?}");
 }

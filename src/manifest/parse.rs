@@ -4,7 +4,9 @@ use super::Object;
 use super::cache::Reader;
 use super::documents::{documents, one_line};
 use crate::common::diag::{FieldPath, Problem};
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use std::path::Path;
@@ -109,6 +111,18 @@ fn parse_document(
                 objects.push(Object::Secret(Box::new(s)));
             }
         }
+        ("apps/v1", "Deployment") => {
+            if let Some(d) = typed::<Deployment>(file, doc, root, &who, unknown, problems) {
+                let found = crate::workload::replicas::deployment_pods(&d);
+                add_workload(file, root, &who, &d.metadata, found, objects, problems);
+            }
+        }
+        ("apps/v1", "ReplicaSet") => {
+            if let Some(rs) = typed::<ReplicaSet>(file, doc, root, &who, unknown, problems) {
+                let found = crate::workload::replicas::replica_set_pods(&rs);
+                add_workload(file, root, &who, &rs.metadata, found, objects, problems);
+            }
+        }
         ("v1", "List") => {
             let items = map
                 .get("items")
@@ -148,13 +162,70 @@ fn parse_document(
                 Problem::error(
                     file,
                     format!(
-                        "{api}/{kind} is not supported here (only v1 Pod, ConfigMap and Secret)"
+                        "{api}/{kind} is not supported here (only v1 Pod, ConfigMap and Secret, \
+                         apps/v1 Deployment and ReplicaSet)"
                     ),
                 )
                 .at(root.field("kind").to_string())
                 .pod_opt(who),
             ),
         },
+    }
+}
+
+/// A workload's pods, or its problems (located in its document, naming it): a workload with
+/// an error makes no pods, and a workload's name is checked as the API server checks it.
+#[allow(clippy::too_many_arguments)]
+fn add_workload(
+    file: &Path,
+    root: &FieldPath,
+    who: &Option<String>,
+    meta: &ObjectMeta,
+    (pods, found): (Vec<Pod>, Vec<crate::workload::replicas::FieldProblem>),
+    objects: &mut Vec<Object>,
+    problems: &mut Vec<Problem>,
+) {
+    let name = meta.name.as_deref().unwrap_or_default();
+    let mut failed = false;
+    if !super::names::is_dns1123_subdomain(name) {
+        failed = true;
+        problems.push(
+            Problem::error(
+                file,
+                if name.is_empty() {
+                    "Required value: name or generateName is required".to_string()
+                } else {
+                    format!(
+                        "Invalid value: {name:?}: a lowercase RFC 1123 subdomain must consist \
+                         of lower case alphanumeric characters, '-' or '.', and must start and \
+                         end with an alphanumeric character"
+                    )
+                },
+            )
+            .at(root.field("metadata").field("name").to_string())
+            .pod_opt(who.clone()),
+        );
+    }
+    for p in found {
+        failed |= !p.warning;
+        let problem = if p.warning {
+            Problem::warning(file, p.message)
+        } else {
+            Problem::error(file, p.message)
+        };
+        problems.push(
+            problem
+                .at(root.field(&p.path).to_string())
+                .pod_opt(who.clone()),
+        );
+    }
+    if failed {
+        return;
+    }
+    for pod in pods {
+        let mut pod = Box::new(pod);
+        super::fast::compact(&mut pod);
+        objects.push(Object::Pod(pod));
     }
 }
 
@@ -269,9 +340,7 @@ mod tests {
         assert_eq!(o.len(), 2);
         assert_eq!(
             p,
-            vec![
-                "t.yaml: default/d: document[1].kind: apps/v1/Deployment is not supported here (only v1 Pod, ConfigMap and Secret)"
-            ]
+            vec!["t.yaml: default/d: document[1].spec: Required value"]
         );
     }
 
@@ -288,7 +357,7 @@ mod tests {
                 "t.yaml: default/web: kind: warning: v1/ServiceAccount skipped: pods on a standalone node get no API credentials, so there is no account to run as",
                 "t.yaml: shop/web: document[1].kind: warning: v1/Service skipped: Services are served by kube-proxy and cluster DNS, which a standalone node does not run",
                 "t.yaml: default/web: document[3].kind: warning: networking.k8s.io/v1/Ingress skipped: Ingresses are served by an ingress controller, which a standalone node does not run",
-                "t.yaml: default/typo: document[4].kind: v1/Sevice is not supported here (only v1 Pod, ConfigMap and Secret)",
+                "t.yaml: default/typo: document[4].kind: v1/Sevice is not supported here (only v1 Pod, ConfigMap and Secret, apps/v1 Deployment and ReplicaSet)",
             ]
         );
     }
