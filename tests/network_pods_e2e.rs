@@ -206,6 +206,13 @@ fn pods_get_addresses_of_their_own_ports_and_nothing_leaks() {
     );
     assert_eq!(m.sh_ok("podunit exec web-a -- hostname"), "web-a\n");
     assert_ne!(m.sh_ok("hostname"), "web-a\n");
+    // One UTS namespace per pod, as the sandbox's: the one pod-prepare pinned.
+    let uid_a = uid_of(&m, "web-a");
+    let ns_of_container = m.sh_ok(&format!(
+        "readlink /proc/$(cut -d' ' -f1 /proc/{pid_a}/task/{pid_a}/children)/ns/uts"
+    ));
+    let pinned = m.sh_ok(&format!("stat -L -c %i /run/podunit-utsns/{uid_a}"));
+    assert_eq!(ns_of_container.trim(), format!("uts:[{}]", pinned.trim()));
     let hosts = m.sh_ok("podunit exec web-a -- cat /etc/hosts");
     assert!(
         hosts.starts_with("# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n")
@@ -277,6 +284,7 @@ fn pods_get_addresses_of_their_own_ports_and_nothing_leaks() {
         "web-b's masquerade rules stay:\n{nat}"
     );
     assert!(!m.sh_ok("ls /run/netns").contains(&uid_b));
+    assert!(!m.sh_ok("ls /run/podunit-utsns").contains(&uid_b));
     assert!(nat.contains("18080"), "web-a's hostPort rules:\n{nat}");
     assert_eq!(
         m.sh_ok("ls /var/lib/podunit/cni | wc -l").trim(),

@@ -163,7 +163,8 @@ pub struct ForgetArgs {
 }
 
 /// `pod-forget UID -- DIR...`: the removed pod's network attachment undone (its address, host
-/// port rules and pinned namespace), then its directories deleted. Fails if either fails, and
+/// port rules and pinned namespace) and its other pinned namespaces released, then its
+/// directories deleted. Fails if either fails, and
 /// podunit-sync runs it again at its next reconcile.
 pub fn forget(args: ForgetArgs) -> ExitCode {
     let paths = Paths::from_env();
@@ -181,6 +182,11 @@ pub fn forget(args: ForgetArgs) -> ExitCode {
     let detached = crate::podstart::network::detach(&args.uid, &config.cni, &fallback, &paths);
     if let Err(e) = &detached {
         eprintln!("podunit pod-forget: pod {}: {e}", args.uid);
+    }
+    // The pod's pinned PID and UTS namespaces (`pod-cleanup` would have released them).
+    for dir in [Paths::PID_NAMESPACES, Paths::UTS_NAMESPACES] {
+        let pin = paths.host(&format!("{dir}/{}", args.uid));
+        crate::pidinit::release_pod_namespace(&pin);
     }
     let removed = std::process::Command::new("/bin/rm")
         .args(["-rf", "--one-file-system", "--"])

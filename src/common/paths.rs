@@ -55,6 +55,9 @@ impl Paths {
     /// outside the root-only `/run/podunit`: containers open it as their own users (joining it
     /// takes `CAP_SYS_ADMIN`, which only `pid-init` has).
     pub const PID_NAMESPACES: &'static str = "/run/podunit-pidns";
+    /// Pods' UTS namespaces, with the pod's hostname, pinned by `pod-prepare` for the containers'
+    /// `pid-init --uts` to join: one per pod, as the sandbox's under a kubelet.
+    pub const UTS_NAMESPACES: &'static str = "/run/podunit-utsns";
     /// Pinned network namespaces (`network: cni`), as `ip netns` keeps them: `podunit-<uid>`.
     pub const NETNS: &'static str = "/run/netns";
     /// Service account tokens podunit-sync requested, by pod UID: kept apart from the pod's

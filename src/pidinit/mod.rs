@@ -90,9 +90,10 @@ pub struct Args {
     /// Capabilities to drop from every set but the bounding set.
     #[arg(long, value_delimiter = ',', value_name = "CAPS")]
     pub drop_ambient: Vec<String>,
-    /// The container's hostname, in a UTS namespace of its own (the pod's name).
-    #[arg(long, value_name = "NAME")]
-    pub hostname: Option<String>,
+    /// Join the pod's UTS namespace, bound at this path (`pod-prepare` made it with the pod's
+    /// hostname in it).
+    #[arg(long, value_name = "PATH")]
+    pub uts: Option<std::path::PathBuf>,
     /// Where to look for a command without a `/` (as `ExecSearchPath=`).
     #[arg(long, value_name = "DIRS")]
     pub search: Option<String>,
@@ -173,8 +174,8 @@ fn outer(args: &Args) -> Result<Never, String> {
     if let Some(s) = &args.search {
         cmd.arg("--search").arg(s);
     }
-    if let Some(h) = &args.hostname {
-        cmd.arg("--hostname").arg(h);
+    if let Some(u) = &args.uts {
+        cmd.arg("--uts").arg(u);
     }
     cmd.arg("--").args(&args.command);
     let child = cmd
@@ -237,10 +238,10 @@ fn inner(args: &Args) -> Result<Never, String> {
         none,
     )
     .map_err(|e| format!("mounting /proc: {e}"))?;
-    if let Some(name) = &args.hostname {
-        nix::sched::unshare(CloneFlags::CLONE_NEWUTS)
-            .map_err(|e| format!("a new UTS namespace: {e}"))?;
-        nix::unistd::sethostname(name).map_err(|e| format!("hostname {name:?}: {e}"))?;
+    if let Some(uts) = &args.uts {
+        let f = std::fs::File::open(uts).map_err(|e| format!("{}: {e}", uts.display()))?;
+        nix::sched::setns(f, CloneFlags::CLONE_NEWUTS)
+            .map_err(|e| format!("joining the pod's UTS namespace: {e}"))?;
     }
     if args.mask {
         mask_proc()?;
@@ -304,7 +305,48 @@ pub fn start_pod_namespace(at: &Path) -> Result<(), String> {
         .map_err(|e| format!("binding the pod's PID namespace at {}: {e}", at.display()))
 }
 
-/// Undoes [`start_pod_namespace`]'s binding (the pause process goes with the pod unit).
+/// `pod-prepare`'s part for the pod's hostname: a UTS namespace with `hostname` in it, bound at
+/// `at` for the containers' `pid-init --uts` to join (one per pod, as the sandbox's is under a
+/// kubelet). Made in a thread of its own, so this process keeps the host's.
+pub fn pin_uts_namespace(at: &Path, hostname: &str) -> Result<(), String> {
+    use nix::mount::{MsFlags, mount};
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    release_pod_namespace(at);
+    if let Some(dir) = at.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        // Containers open it as their own users.
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))
+            .map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o444)
+        .open(at)
+        .map_err(|e| format!("{}: {e}", at.display()))?;
+    let at = at.to_path_buf();
+    let hostname = hostname.to_string();
+    std::thread::spawn(move || -> Result<(), String> {
+        nix::sched::unshare(CloneFlags::CLONE_NEWUTS)
+            .map_err(|e| format!("the pod's UTS namespace: {e}"))?;
+        nix::unistd::sethostname(&hostname).map_err(|e| format!("hostname {hostname:?}: {e}"))?;
+        let none: Option<&str> = None;
+        mount(
+            Some("/proc/thread-self/ns/uts"),
+            &at,
+            none,
+            MsFlags::MS_BIND,
+            none,
+        )
+        .map_err(|e| format!("binding the pod's UTS namespace at {}: {e}", at.display()))
+    })
+    .join()
+    .map_err(|_| "the thread making the pod's UTS namespace panicked".to_string())?
+}
+
+/// Undoes [`start_pod_namespace`]'s or [`pin_uts_namespace`]'s binding (the pause process goes
+/// with the pod unit).
 pub fn release_pod_namespace(at: &Path) {
     let _ = nix::mount::umount2(at, nix::mount::MntFlags::MNT_DETACH);
     let _ = std::fs::remove_file(at);

@@ -234,6 +234,13 @@ pub fn prepare(
     if let Some(etc) = &plan.etc {
         write_etc_files(plan, paths, etc, &pod_ips[0], &node.resolv_conf)?;
     }
+    if let Some(name) = &plan.uts_hostname {
+        let at = paths.host(&plan.uts_namespace());
+        crate::pidinit::pin_uts_namespace(&at, name).map_err(|message| PrepareError::Io {
+            path: at,
+            error: io::Error::other(message),
+        })?;
+    }
     // It moves this process into the service manager's mount namespace.
     crate::podstart::root::mount_all(plan, paths).map_err(PrepareError::Root)?;
     if plan.share_process_namespace {
@@ -363,12 +370,13 @@ pub fn cleanup(
             .map_err(PrepareError::Network),
         None => Ok(()),
     };
-    if plan.share_process_namespace {
+    if plan.share_process_namespace || plan.uts_hostname.is_some() {
         // Bound in the service manager's mount namespace, and unbound there.
         if paths.root == Path::new("/") {
             crate::podstart::root::enter_manager_namespace().map_err(PrepareError::Root)?;
         }
         crate::pidinit::release_pod_namespace(&paths.host(&plan.pid_namespace()));
+        crate::pidinit::release_pod_namespace(&paths.host(&plan.uts_namespace()));
     }
     crate::podstart::root::release_all(plan, paths);
     let runtime = paths.host(&plan.runtime_dir);

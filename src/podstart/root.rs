@@ -288,6 +288,7 @@ mod tests {
             etc: None,
             pull_secrets: vec![],
             network: None,
+            uts_hostname: None,
         }
     }
 

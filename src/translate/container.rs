@@ -785,9 +785,10 @@ fn exec_start(
             line.push(Arg::text(flag));
         }
     }
-    if let Some(h) = &p.hostname {
-        line.push(Arg::text("--hostname"));
-        line.push(Arg::text(h.as_str()));
+    if p.hostname.is_some() {
+        // The pod's UTS namespace, which pod-prepare made with the hostname in it.
+        line.push(Arg::text("--uts"));
+        line.push(Arg::text(ctx.plan.uts_namespace()));
     }
     for (flag, caps) in [("--drop=", &p.drop), ("--drop-ambient=", &p.drop_ambient)] {
         if !caps.is_empty() {

@@ -197,6 +197,7 @@ pub fn translate(
         }
     }
     let hostname = uts_hostname(&p);
+    plan.uts_hostname = hostname.clone();
     let ctx = container::PodContext {
         entry,
         node,
@@ -334,6 +335,7 @@ fn pod_plan(p: &PodInput<'_>, vol_plans: Vec<plan::VolumePlan>) -> PodPlan {
         etc: None,
         pull_secrets: Vec::new(),
         network: None,
+        uts_hostname: None,
     };
     (plan.users, plan.groups) = ids(&p.entry.pod);
     plan.probes = crate::probe::spec::pod_probes(spec);

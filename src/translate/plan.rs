@@ -59,6 +59,10 @@ pub struct PodPlan {
     /// `pod-prepare` in the pod's network namespace and undone by `pod-cleanup`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<NetworkPlan>,
+    /// The hostname of the pod's UTS namespace, which `pod-prepare` makes and pins at
+    /// [`PodPlan::uts_namespace`] for its containers to join (pods with a network of their own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uts_hostname: Option<String>,
 }
 
 /// What the plugins are given besides the pod's identity (see [`crate::translate::network`]).
@@ -315,6 +319,11 @@ impl PodPlan {
     /// The pod's PID namespace (`shareProcessNamespace`), bound there by `pod-prepare`.
     pub fn pid_namespace(&self) -> String {
         crate::common::text::concat(&[crate::common::paths::Paths::PID_NAMESPACES, "/", &self.uid])
+    }
+
+    /// Where `pod-prepare` pins the pod's UTS namespace (see [`PodPlan::uts_hostname`]).
+    pub fn uts_namespace(&self) -> String {
+        crate::common::text::concat(&[crate::common::paths::Paths::UTS_NAMESPACES, "/", &self.uid])
     }
 
     /// One of the files of [`EtcPlan`] (`hosts`, `hostname`, `resolv.conf`).

@@ -108,7 +108,7 @@ pub struct PidInit {
     /// The RuntimeDefault rules systemd could not apply in `pid-init`'s place.
     pub deny_mount: bool,
     pub deny_namespaces: bool,
-    /// The pod's hostname, in a UTS namespace of the container's.
+    /// The pod's hostname: the container joins the pod's UTS namespace, which has it.
     pub hostname: Option<String>,
 }
 
