@@ -277,7 +277,6 @@ fn inner(args: &Args) -> Result<Never, String> {
 /// later children would be in that namespace too.
 pub fn start_pod_namespace(at: &Path) -> Result<(), String> {
     use nix::mount::{MsFlags, mount};
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     release_pod_namespace(at);
     nix::sched::unshare(CloneFlags::CLONE_NEWPID)
         .map_err(|e| format!("the pod's PID namespace: {e}"))?;
@@ -286,19 +285,7 @@ pub fn start_pod_namespace(at: &Path) -> Result<(), String> {
         .stdin(std::process::Stdio::null())
         .spawn()
         .map_err(|e| format!("the pod's pause process: {e}"))?;
-    if let Some(dir) = at.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        // Containers open it as their own users.
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))
-            .map_err(|e| format!("{}: {e}", dir.display()))?;
-    }
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o444)
-        .open(at)
-        .map_err(|e| format!("{}: {e}", at.display()))?;
+    pin_file(at)?;
     let ns = format!("/proc/{}/ns/pid", pause.id());
     let none: Option<&str> = None;
     mount(Some(ns.as_str()), at, none, MsFlags::MS_BIND, none)
@@ -310,21 +297,8 @@ pub fn start_pod_namespace(at: &Path) -> Result<(), String> {
 /// kubelet). Made in a thread of its own, so this process keeps the host's.
 pub fn pin_uts_namespace(at: &Path, hostname: &str) -> Result<(), String> {
     use nix::mount::{MsFlags, mount};
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     release_pod_namespace(at);
-    if let Some(dir) = at.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        // Containers open it as their own users.
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))
-            .map_err(|e| format!("{}: {e}", dir.display()))?;
-    }
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o444)
-        .open(at)
-        .map_err(|e| format!("{}: {e}", at.display()))?;
+    pin_file(at)?;
     let at = at.to_path_buf();
     let hostname = hostname.to_string();
     std::thread::spawn(move || -> Result<(), String> {
@@ -343,6 +317,25 @@ pub fn pin_uts_namespace(at: &Path, hostname: &str) -> Result<(), String> {
     })
     .join()
     .map_err(|_| "the thread making the pod's UTS namespace panicked".to_string())?
+}
+
+/// The file a pod's namespace is bound to: its directory and it readable by every user, as the
+/// containers open it as their own users.
+fn pin_file(at: &Path) -> Result<(), String> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    if let Some(dir) = at.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))
+            .map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o444)
+        .open(at)
+        .map(drop)
+        .map_err(|e| format!("{}: {e}", at.display()))
 }
 
 /// Undoes [`start_pod_namespace`]'s or [`pin_uts_namespace`]'s binding (the pause process goes
