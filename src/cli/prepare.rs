@@ -46,8 +46,13 @@ pub fn prepare(args: Args) -> ExitCode {
         Ok(x) => x,
         Err(code) => return code,
     };
-    // ConfigMaps and Secrets are read now, so a pod starts with their current content.
-    let catalog = Catalog::load(&paths);
+    // ConfigMaps and Secrets are read now, so a pod starts with their current content. Reading
+    // every manifest directory is the costliest part of a start: only for pods that use them.
+    let catalog = if plan.uses_objects() {
+        Catalog::load(&paths)
+    } else {
+        Catalog::default()
+    };
     let config = node_config(&paths);
     let node = prepare::NodeNet {
         // Asked in the host's network namespace: the pod unit may be in its own.

@@ -321,6 +321,23 @@ impl PodPlan {
         crate::common::text::concat(&[crate::common::paths::Paths::PID_NAMESPACES, "/", &self.uid])
     }
 
+    /// Whether the pod reads ConfigMaps or Secrets when it starts (an env var or a files volume
+    /// from one): only then does `pod-prepare` read the manifest directories for them.
+    pub fn uses_objects(&self) -> bool {
+        let env = self
+            .env_files
+            .iter()
+            .flat_map(|f| &f.entries)
+            .any(|e| matches!(e, EnvEntry::Key { .. } | EnvEntry::All { .. }));
+        let files = self.volumes.iter().any(|v| match &v.kind {
+            VolumeKind::Files { sources, .. } => sources
+                .iter()
+                .any(|s| matches!(s, FileSource::Object { .. })),
+            _ => false,
+        });
+        env || files
+    }
+
     /// Where `pod-prepare` pins the pod's UTS namespace (see [`PodPlan::uts_hostname`]).
     pub fn uts_namespace(&self) -> String {
         crate::common::text::concat(&[crate::common::paths::Paths::UTS_NAMESPACES, "/", &self.uid])
@@ -390,6 +407,27 @@ fn push_go_quoted(out: &mut String, s: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_plan_uses_objects_through_its_env_or_its_files_volumes() {
+        let plan = |volumes: &str, env: &str| -> PodPlan {
+            serde_json::from_str(&format!(
+                r#"{{"namespace":"default","name":"web","uid":"u","source":"/etc/pods.d/web.yaml",
+                "stateDir":"/s","runtimeDir":"/r","volumes":[{volumes}],"envFiles":[{{"container":"c",
+                "path":"/r/env/c","entries":[{env}],"overridden":[]}}]}}"#
+            ))
+            .unwrap()
+        };
+        let value = r#"{"type":"value","name":"A","value":"1"}"#;
+        let key =
+            r#"{"type":"key","name":"A","secret":false,"object":"cm","key":"k","optional":false}"#;
+        let empty_dir = r#"{"name":"w","path":"/w","type":"emptyDir","memory":false}"#;
+        let config_map = r#"{"name":"c","path":"/c","type":"files","uid":0,"gid":0,"mode":420,
+            "sources":[{"type":"object","secret":false,"name":"cm","optional":false}]}"#;
+        assert!(!plan(empty_dir, value).uses_objects());
+        assert!(plan("", key).uses_objects());
+        assert!(plan(config_map, value).uses_objects());
+    }
 
     #[test]
     fn maps_are_formatted_as_the_kubelet_formats_them() {
