@@ -890,3 +890,70 @@ fn reload_storm_leaves_no_false_errors_in_the_journal() {
     assert!(lines.contains(&started), "{started:?} in {lines:#?}");
     assert_eq!(failed_podunit_units(&m), "");
 }
+
+/// The running pods whose name starts with `prefix`, as `podunit status -o json` lists them.
+fn pods_named(m: &Machine, prefix: &str) -> Vec<String> {
+    let v: serde_json::Value = serde_json::from_str(&m.sh_ok("podunit status -o json")).unwrap();
+    v.as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["name"].as_str())
+        .filter(|n| n.starts_with(prefix))
+        .map(str::to_string)
+        .collect()
+}
+
+/// A DaemonSet has its one pod on a node its node selector matches (the node's labels come from
+/// the node config), and none on another, which `podunit check` says (not an error); once the
+/// node carries the label, a reload starts it.
+#[test]
+fn a_daemon_set_runs_on_the_nodes_it_selects() {
+    let m = Machine::boot("daemon-set");
+    start_sync(&m);
+    let ds = |name: &str, selector: &str| {
+        format!(
+            "apiVersion: apps/v1\nkind: DaemonSet\nmetadata: {{name: {name}}}\nspec:\n  \
+             selector: {{matchLabels: {{app: {name}}}}}\n  template:\n    metadata: {{labels: \
+             {{app: {name}}}}}\n    spec:\n      nodeSelector: {{{selector}}}\n      \
+             terminationGracePeriodSeconds: 1\n      containers: [{{name: c, image: host, \
+             command: [sleep, infinity]}}]\n"
+        )
+    };
+    m.write(
+        "/etc/pods.d/agents.yaml",
+        format!(
+            "{}---\n{}",
+            ds("everywhere", "kubernetes.io/os: linux"),
+            ds("ssd-only", "disktype: ssd")
+        )
+        .as_bytes(),
+    );
+    m.daemon_reload();
+    let pod = m.wait_for("everywhere's pod", SOON, || {
+        pods_named(&m, "everywhere-").pop()
+    });
+    assert_eq!(pod.len(), "everywhere-".len() + 5, "{pod}");
+    wait_state(&m, &ctr_unit(NS, &pod, "c"), &["active"]);
+    assert!(pods_named(&m, "ssd-only").is_empty());
+    let check = m.sh("podunit check /etc/pods.d/agents.yaml");
+    let said = String::from_utf8_lossy(&check.stdout).to_string()
+        + &String::from_utf8_lossy(&check.stderr);
+    assert!(check.status.success(), "{said}");
+    assert!(
+        said.contains(
+            "default/ssd-only: spec.nodeSelector: note: DaemonSet default/ssd-only has no pod on \
+             this node: Predicate NodeAffinity failed"
+        ),
+        "{said}"
+    );
+
+    m.write("/etc/podunit/config.yaml", b"nodeLabels: {disktype: ssd}\n");
+    m.daemon_reload();
+    let ssd = m.wait_for("ssd-only's pod", SOON, || pods_named(&m, "ssd-only-").pop());
+    wait_state(&m, &ctr_unit(NS, &ssd, "c"), &["active"]);
+    assert_eq!(
+        pods_named(&m, "everywhere-"),
+        [pod],
+        "the other DaemonSet's pod is kept"
+    );
+}

@@ -91,6 +91,13 @@ fn summary(g: &Generated, nothing_to_read: bool) -> String {
     let errors = g.problems.iter().filter(|p| p.is_error()).count();
     let notes = g.problems.iter().filter(|p| p.is_note()).count();
     let warnings = g.problems.len() - errors - notes;
+    let pulls = g
+        .problems
+        .iter()
+        .filter(|p| {
+            p.is_note() && p.reason.as_deref() == Some(crate::translate::image::IMAGE_PENDING)
+        })
+        .count();
     if nothing_to_read && g.problems.is_empty() {
         return "no manifest directory exists: nothing checked".into();
     }
@@ -98,8 +105,8 @@ fn summary(g: &Generated, nothing_to_read: bool) -> String {
         "{} pod(s) ok, {errors} error(s), {warnings} warning(s)",
         g.pods.len()
     );
-    if notes > 0 {
-        line.push_str(&format!(", {notes} image(s) to pull when the pods start"));
+    if pulls > 0 {
+        line.push_str(&format!(", {pulls} image(s) to pull when the pods start"));
     }
     line
 }

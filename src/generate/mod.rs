@@ -159,6 +159,31 @@ fn generate_pod(
             None,
         );
     }
+    // A DaemonSet that does not select this node has no pod here (its controller makes none):
+    // said, not refused.
+    if let Some(("DaemonSet", ds)) = crate::workload::replicas::controller_of(&entry.pod)
+        && let Err(r) = crate::manifest::admission::check_node_affinity(
+            &entry.pod,
+            &node.node_name,
+            &node.labels,
+        )
+    {
+        return (
+            vec![
+                Problem::note(
+                    &entry.file,
+                    format!(
+                        "DaemonSet {}/{ds} has no pod on this node: {}",
+                        entry.namespace(),
+                        r.message
+                    ),
+                )
+                .pod(format!("{}/{ds}", entry.namespace()))
+                .at(r.path),
+            ],
+            None,
+        );
+    }
     let mut problems = validate::validate(entry);
     if problems.iter().any(Problem::is_error) {
         return (problems, None);

@@ -4,7 +4,7 @@ use super::Object;
 use super::cache::Reader;
 use super::documents::{documents, one_line};
 use crate::common::diag::{FieldPath, Problem};
-use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::de::DeserializeOwned;
@@ -123,6 +123,12 @@ fn parse_document(
                 add_workload(file, root, &who, &rs.metadata, found, objects, problems);
             }
         }
+        ("apps/v1", "DaemonSet") => {
+            if let Some(ds) = typed::<DaemonSet>(file, doc, root, &who, unknown, problems) {
+                let found = crate::workload::daemon_set::daemon_set_pods(&ds);
+                add_workload(file, root, &who, &ds.metadata, found, objects, problems);
+            }
+        }
         ("v1", "List") => {
             let items = map
                 .get("items")
@@ -163,7 +169,7 @@ fn parse_document(
                     file,
                     format!(
                         "{api}/{kind} is not supported here (only v1 Pod, ConfigMap and Secret, \
-                         apps/v1 Deployment and ReplicaSet)"
+                         apps/v1 Deployment, ReplicaSet and DaemonSet)"
                     ),
                 )
                 .at(root.field("kind").to_string())
@@ -357,7 +363,7 @@ mod tests {
                 "t.yaml: default/web: kind: warning: v1/ServiceAccount skipped: pods on a standalone node get no API credentials, so there is no account to run as",
                 "t.yaml: shop/web: document[1].kind: warning: v1/Service skipped: Services are served by kube-proxy and cluster DNS, which a standalone node does not run",
                 "t.yaml: default/web: document[3].kind: warning: networking.k8s.io/v1/Ingress skipped: Ingresses are served by an ingress controller, which a standalone node does not run",
-                "t.yaml: default/typo: document[4].kind: v1/Sevice is not supported here (only v1 Pod, ConfigMap and Secret, apps/v1 Deployment and ReplicaSet)",
+                "t.yaml: default/typo: document[4].kind: v1/Sevice is not supported here (only v1 Pod, ConfigMap and Secret, apps/v1 Deployment, ReplicaSet and DaemonSet)",
             ]
         );
     }

@@ -15,7 +15,7 @@
 
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use std::collections::BTreeMap;
 
 /// `k8s.io/apimachinery/pkg/util/rand`'s alphabet: no vowels, no 0, 1 and 3 (no words, no
@@ -36,7 +36,7 @@ pub struct FieldProblem {
     pub warning: bool,
 }
 
-fn error(path: &str, message: impl Into<String>) -> FieldProblem {
+pub(super) fn error(path: &str, message: impl Into<String>) -> FieldProblem {
     FieldProblem {
         path: path.into(),
         message: message.into(),
@@ -138,7 +138,33 @@ fn pods_of(
             format!("Invalid value: {replicas}: must be greater than or equal to 0"),
         ));
     }
-    let labels = as_written
+    problems.extend(check_template(selector, as_written, "deployment"));
+    if template.spec.is_none() {
+        problems.push(error("spec.template.spec", "Required value"));
+    }
+    if problems.iter().any(|p| !p.warning) {
+        return (Vec::new(), problems);
+    }
+    let namespace = owner.namespace.clone().unwrap_or_else(|| "default".into());
+    let meta = template.metadata.clone().unwrap_or_default();
+    let pods = controlled_pods(
+        ("ReplicaSet", rs_name, &namespace),
+        replicas.max(0) as usize,
+        &meta,
+        template.spec.as_ref(),
+    );
+    (pods, problems)
+}
+
+/// The API server's checks of a controller's selector against its template's labels, and of the
+/// template's `restartPolicy` (`word` names the kind in the empty-selector message).
+pub(super) fn check_template(
+    selector: Option<&LabelSelector>,
+    template: &PodTemplateSpec,
+    word: &str,
+) -> Vec<FieldProblem> {
+    let mut problems = Vec::new();
+    let labels = template
         .metadata
         .as_ref()
         .and_then(|m| m.labels.clone())
@@ -147,7 +173,7 @@ fn pods_of(
         None => problems.push(error("spec.selector", "Required value")),
         Some(sel) if selector_is_empty(sel) => problems.push(error(
             "spec.selector",
-            "Invalid value: empty selector is invalid for deployment",
+            format!("Invalid value: empty selector is invalid for {word}"),
         )),
         Some(sel) => match matches(sel, &labels) {
             Ok(true) => {}
@@ -158,7 +184,7 @@ fn pods_of(
             Err(e) => problems.push(error("spec.selector", e)),
         },
     }
-    let restart = as_written
+    let restart = template
         .spec
         .as_ref()
         .and_then(|s| s.restart_policy.as_deref())
@@ -169,36 +195,73 @@ fn pods_of(
             format!("Unsupported value: \"{restart}\": supported values: \"Always\""),
         ));
     }
-    if template.spec.is_none() {
-        problems.push(error("spec.template.spec", "Required value"));
-    }
-    if problems.iter().any(|p| !p.warning) {
-        return (Vec::new(), problems);
-    }
-    let namespace = owner.namespace.clone().unwrap_or_else(|| "default".into());
-    let meta = template.metadata.clone().unwrap_or_default();
-    let prefix = generate_prefix(rs_name);
-    let names = pod_names(rs_name, &prefix, replicas.max(0) as usize);
-    let pods = names
+    problems
+}
+
+/// `n` pods of `spec` with `meta`'s labels and annotations, made by controller (kind, name,
+/// namespace) and named as its `generateName` names them.
+pub(super) fn controlled_pods(
+    (kind, owner, namespace): (&str, &str, &str),
+    n: usize,
+    meta: &ObjectMeta,
+    spec: Option<&k8s_openapi::api::core::v1::PodSpec>,
+) -> Vec<Pod> {
+    let prefix = generate_prefix(owner);
+    pod_names(owner, &prefix, n)
         .into_iter()
         .map(|pod_name| Pod {
             metadata: ObjectMeta {
                 name: Some(pod_name),
                 generate_name: Some(prefix.clone()),
-                namespace: Some(namespace.clone()),
+                namespace: Some(namespace.to_string()),
                 labels: meta.labels.clone(),
                 annotations: meta.annotations.clone(),
+                owner_references: Some(vec![controller_ref(kind, namespace, owner)]),
                 ..ObjectMeta::default()
             },
-            spec: template.spec.clone(),
+            spec: spec.cloned(),
             status: None,
         })
-        .collect();
-    (pods, problems)
+        .collect()
+}
+
+/// The controller's reference on a pod it made (an `apps/v1` owner in `namespace`). A standalone
+/// node has no API server to give the owner a UID: it is derived from the owner's identity, as
+/// static pods' are from theirs. A mirror pod carries the Node as its owner instead, so none of
+/// this reaches a cluster.
+pub(super) fn controller_ref(kind: &str, namespace: &str, name: &str) -> OwnerReference {
+    use sha2::{Digest, Sha256};
+    let d = Sha256::digest(format!("apps/v1/{kind}/{namespace}/{name}").as_bytes());
+    let h: String = d.iter().take(16).map(|b| format!("{b:02x}")).collect();
+    OwnerReference {
+        api_version: "apps/v1".into(),
+        kind: kind.into(),
+        name: name.into(),
+        uid: format!(
+            "{}-{}-{}-{}-{}",
+            &h[..8],
+            &h[8..12],
+            &h[12..16],
+            &h[16..20],
+            &h[20..32]
+        ),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    }
+}
+
+/// The workload that made `pod`, as its controller reference names it: (kind, name).
+pub fn controller_of(pod: &Pod) -> Option<(&str, &str)> {
+    pod.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true))
+        .map(|o| (o.kind.as_str(), o.name.as_str()))
 }
 
 /// `SimpleNameGenerator`'s prefix: `<base>-`, cut to 58 characters.
-fn generate_prefix(rs_name: &str) -> String {
+pub(super) fn generate_prefix(rs_name: &str) -> String {
     let base = format!("{rs_name}-");
     match base.char_indices().nth(MAX_PREFIX) {
         Some((cut, _)) => base[..cut].to_string(),
@@ -208,7 +271,7 @@ fn generate_prefix(rs_name: &str) -> String {
 
 /// The names of `n` replicas: the prefix and five characters derived from the ReplicaSet and the
 /// index, none twice.
-fn pod_names(rs_name: &str, prefix: &str, n: usize) -> Vec<String> {
+pub(super) fn pod_names(rs_name: &str, prefix: &str, n: usize) -> Vec<String> {
     let mut names: Vec<String> = Vec::with_capacity(n);
     for i in 0..n {
         let mut salt = 0u32;
@@ -258,7 +321,7 @@ fn fnv32a(bytes: &[u8]) -> u32 {
     })
 }
 
-fn selector_is_empty(sel: &LabelSelector) -> bool {
+pub(super) fn selector_is_empty(sel: &LabelSelector) -> bool {
     sel.match_labels.as_ref().is_none_or(|m| m.is_empty())
         && sel.match_expressions.as_ref().is_none_or(|e| e.is_empty())
 }
