@@ -201,6 +201,9 @@ fn structs() -> Vec<(&'static str, &'static [&'static str])> {
         fields_of::<core::DownwardAPIVolumeFile>(),
         fields_of::<core::ProjectedVolumeSource>(),
         fields_of::<core::VolumeProjection>(),
+        fields_of::<k8s_openapi::api::apps::v1::DeploymentSpec>(),
+        fields_of::<k8s_openapi::api::apps::v1::ReplicaSetSpec>(),
+        fields_of::<k8s_openapi::api::apps::v1::DaemonSetSpec>(),
     ]
 }
 
