@@ -84,6 +84,7 @@ fn typed_check(res: &Resource, obj: &Value) -> ApiResult<()> {
         "configmaps" => serde_json::from_value::<core::ConfigMap>(v).map(drop),
         "secrets" => serde_json::from_value::<core::Secret>(v).map(drop),
         "serviceaccounts" => serde_json::from_value::<core::ServiceAccount>(v).map(drop),
+        "services" => serde_json::from_value::<core::Service>(v).map(drop),
         "leases" => serde_json::from_value::<coord::Lease>(v).map(drop),
         _ => Ok(()),
     };

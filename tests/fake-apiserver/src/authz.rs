@@ -152,6 +152,8 @@ pub fn authorize(inner: &Inner, user: &User, req: &Request, t: &Target) -> ApiRe
                 )),
             }
         }
+        // system:node reads every Service, for the containers' environment.
+        ("services", None, "get" | "list" | "watch") => Ok(()),
         ("serviceaccounts", Some("token"), "create") => {
             token_request_allowed(inner, node, ns, name, &body(req))
         }

@@ -57,6 +57,7 @@ pub static EVENTS: Resource = core("events", "Event", true, false);
 pub static CONFIGMAPS: Resource = core("configmaps", "ConfigMap", true, false);
 pub static SECRETS: Resource = core("secrets", "Secret", true, false);
 pub static SERVICEACCOUNTS: Resource = core("serviceaccounts", "ServiceAccount", true, false);
+pub static SERVICES: Resource = core("services", "Service", true, true);
 pub static LEASES: Resource = Resource {
     plural: "leases",
     kind: "Lease",
@@ -66,7 +67,7 @@ pub static LEASES: Resource = Resource {
     status: false,
 };
 
-pub static ALL: [&Resource; 8] = [
+pub static ALL: [&Resource; 9] = [
     &PODS,
     &NODES,
     &NAMESPACES,
@@ -74,6 +75,7 @@ pub static ALL: [&Resource; 8] = [
     &CONFIGMAPS,
     &SECRETS,
     &SERVICEACCOUNTS,
+    &SERVICES,
     &LEASES,
 ];
 
