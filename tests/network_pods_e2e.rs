@@ -18,6 +18,7 @@ use std::process::Command;
 use support::nspawn::Machine;
 use support::pods::{SOON, ctr_unit, pod_unit, start_pods, start_sync, wait_state};
 use support::run_ok;
+use support::status::pods_named;
 
 const NS: &str = "default";
 const SUBNET: &str = "10.88.7.";
@@ -689,21 +690,6 @@ fn deployment(replicas: usize, version: &str) -> String {
          - name: POD_NAME\n          valueFrom: {{fieldRef: {{fieldPath: metadata.name}}}}\n        \
          - name: POD_IP\n          valueFrom: {{fieldRef: {{fieldPath: status.podIP}}}}\n"
     )
-}
-
-/// The names of the pods `podunit status -o json` shows whose name starts with `prefix`, sorted.
-fn pods_named(m: &Machine, prefix: &str) -> Vec<String> {
-    let v: serde_json::Value = serde_json::from_str(&m.sh_ok("podunit status -o json")).unwrap();
-    let mut names: Vec<String> = v
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|p| p["name"].as_str())
-        .filter(|n| n.starts_with(prefix))
-        .map(str::to_string)
-        .collect();
-    names.sort();
-    names
 }
 
 /// A Deployment dropped into /etc/pods.d runs its replicas, all on one port, each on an address

@@ -9,7 +9,7 @@ use support::pods::{
     Probe, SOON, ctr_unit, failed_podunit_units, known_units, pod_slice, pod_unit, start_sync,
     wait_state,
 };
-use support::status::status_row;
+use support::status::{pods_named, status_row};
 
 const NS: &str = "default";
 
@@ -889,18 +889,6 @@ fn reload_storm_leaves_no_false_errors_in_the_journal() {
     );
     assert!(lines.contains(&started), "{started:?} in {lines:#?}");
     assert_eq!(failed_podunit_units(&m), "");
-}
-
-/// The running pods whose name starts with `prefix`, as `podunit status -o json` lists them.
-fn pods_named(m: &Machine, prefix: &str) -> Vec<String> {
-    let v: serde_json::Value = serde_json::from_str(&m.sh_ok("podunit status -o json")).unwrap();
-    v.as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|p| p["name"].as_str())
-        .filter(|n| n.starts_with(prefix))
-        .map(str::to_string)
-        .collect()
 }
 
 /// A DaemonSet has its one pod on a node its node selector matches (the node's labels come from

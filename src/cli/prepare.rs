@@ -29,6 +29,14 @@ fn node_config(paths: &Paths) -> crate::common::config::Config {
         .unwrap_or_default()
 }
 
+/// The node's CNI settings and what its network is without a configuration (detach and sweep
+/// read the same as attach).
+fn node_cni(paths: &Paths) -> (crate::common::config::Cni, Fallback) {
+    let config = node_config(paths);
+    let fallback = Fallback::for_node(&config, paths);
+    (config.cni, fallback)
+}
+
 /// The plan and the paths, or the failure `command` reports.
 fn load(args: &Args, command: &str) -> Result<(PodPlan, Paths), ExitCode> {
     let paths = Paths::from_env();
@@ -144,9 +152,8 @@ pub fn cleanup(args: Args) -> ExitCode {
         Ok(x) => x,
         Err(code) => return code,
     };
-    let config = node_config(&paths);
-    let fallback = Fallback::for_node(&config, &paths);
-    match prepare::cleanup(&plan, &paths, &config.cni, &fallback) {
+    let (cni, fallback) = node_cni(&paths);
+    match prepare::cleanup(&plan, &paths, &cni, &fallback) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!(
@@ -182,9 +189,8 @@ pub fn forget(args: ForgetArgs) -> ExitCode {
         eprintln!("podunit pod-forget: refusing odd uid {:?}", args.uid);
         return ExitCode::from(super::EXIT_USAGE);
     }
-    let config = node_config(&paths);
-    let fallback = Fallback::for_node(&config, &paths);
-    let detached = crate::podstart::network::detach(&args.uid, &config.cni, &fallback, &paths);
+    let (cni, fallback) = node_cni(&paths);
+    let detached = crate::podstart::network::detach(&args.uid, &cni, &fallback, &paths);
     if let Err(e) = &detached {
         eprintln!("podunit pod-forget: pod {}: {e}", args.uid);
     }
@@ -216,10 +222,9 @@ pub struct SweepArgs {
 /// [`crate::podstart::network::sweep`]). Says what it deleted; fails if a DEL failed.
 pub fn cni_sweep(args: SweepArgs) -> ExitCode {
     let paths = Paths::from_env();
-    let config = node_config(&paths);
-    let fallback = Fallback::for_node(&config, &paths);
+    let (cni, fallback) = node_cni(&paths);
     let live = args.live.into_iter().collect();
-    match crate::podstart::network::sweep(&live, &config.cni, &fallback, &paths) {
+    match crate::podstart::network::sweep(&live, &cni, &fallback, &paths) {
         Ok(s) => {
             for uid in &s.deleted {
                 println!("pod {uid}: deleted its network attachment (no pod has this UID)");

@@ -11,3 +11,18 @@ pub fn status_row(table: &str, name: &str) -> Vec<String> {
         .map(str::to_string)
         .collect()
 }
+
+/// The names of the pods `podunit status -o json` lists whose name starts with `prefix`, sorted.
+pub fn pods_named(m: &super::nspawn::Machine, prefix: &str) -> Vec<String> {
+    let v: serde_json::Value = serde_json::from_str(&m.sh_ok("podunit status -o json")).unwrap();
+    let mut names: Vec<String> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["name"].as_str())
+        .filter(|n| n.starts_with(prefix))
+        .map(str::to_string)
+        .collect();
+    names.sort();
+    names
+}
