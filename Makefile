@@ -21,7 +21,7 @@ release:
 # docs/testing.md explains their names: `<feature>[_<aspect>]_<what it runs against>`.
 E2E_SUITES := --test lifecycle_e2e --test fields_e2e --test sync_e2e --test sandbox_e2e \
 	--test probes_e2e --test images_e2e --test cluster_e2e --test cluster_apiserver_e2e --test kubelet_e2e \
-	--test network_pods_e2e
+	--test network_pods_e2e --test workloads_e2e
 PACKAGING_SUITES := --test packaging_cli --test packaging_e2e
 BENCH_SUITES := --test bench_reload --test bench_cluster --test bench_images --test bench_probes \
 	--test bench_kubelet

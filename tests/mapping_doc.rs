@@ -35,6 +35,7 @@ const SUITES: &[&str] = &[
     "packaging_e2e",
     "fields_e2e",
     "network_pods_e2e",
+    "workloads_e2e",
 ];
 
 /// Whether `tests/SUITE.rs` has `#[test] fn NAME(`; None when there is no such file.

@@ -187,6 +187,7 @@ mod tests {
                 .collect(),
             source_path: None,
             hash: String::new(),
+            job: None,
         }
     }
 

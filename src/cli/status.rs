@@ -447,6 +447,7 @@ mod tests {
                     containers: vec![],
                     source_path: None,
                     hash: String::new(),
+                    job: None,
                 },
                 false,
             )

@@ -197,6 +197,9 @@ pub fn main() -> ExitCode {
             format!("Reconcile failed: {e}")
         }
     };
+    if let Err(e) = syncer.run_jobs() {
+        localsync::log(&format!("jobs: {e}"));
+    }
     if args.once {
         return ExitCode::SUCCESS;
     }

@@ -43,6 +43,20 @@ pub fn push_decimal(s: &mut String, mut n: u64) {
 }
 
 /// Lower-case hex of `bytes`.
+/// A UID in the API server's shape (8-4-4-4-12 hex digits) from the first 16 bytes of a digest:
+/// how podunit names objects no API server has given a UID.
+pub fn uid_from_digest(digest: &[u8]) -> String {
+    let hex = hex(&digest[..16]);
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    )
+}
+
 pub fn hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut s = String::with_capacity(bytes.len() * 2);

@@ -131,6 +131,7 @@ mod tests {
             }],
             source_path: None,
             hash: String::new(),
+            job: None,
         };
         let pods = [pod];
         let p = find_pod(&pods, "default", "web").unwrap();

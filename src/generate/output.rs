@@ -80,6 +80,8 @@ pub struct GeneratedPod {
     pub source_path: Option<String>,
     /// Hex SHA-256 over the pod's unit files, drop-ins and dependency links.
     pub hash: String,
+    /// A Job's pod (`X-PodunitJob=`): the Job controller starts it, not the reconcile.
+    pub job: Option<crate::workload::job::JobTerms>,
 }
 
 impl GeneratedPod {
@@ -322,6 +324,7 @@ fn build_pod(acc: PodAcc) -> GeneratedPod {
     let mut slice = None;
     let mut uid = None;
     let mut source_path = None;
+    let mut job = None;
     struct C {
         name: String,
         unit: String,
@@ -347,6 +350,9 @@ fn build_pod(acc: PodAcc) -> GeneratedPod {
             None if f.rel.ends_with(".slice") => slice = Some(f.rel.clone()),
             None => {
                 source_path = uf.get("Unit", "SourcePath").map(str::to_string);
+                job = uf
+                    .get("Unit", "X-PodunitJob")
+                    .and_then(crate::workload::job::JobTerms::from_line);
                 pod_unit = Some(f.rel.clone());
             }
         }
@@ -431,6 +437,7 @@ fn build_pod(acc: PodAcc) -> GeneratedPod {
         containers: containers.into_iter().map(|(_, c)| c).collect(),
         source_path,
         hash,
+        job,
     }
 }
 

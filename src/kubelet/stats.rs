@@ -633,6 +633,7 @@ mod tests {
                     containers: vec![],
                     source_path: None,
                     hash: String::new(),
+                    job: None,
                 },
                 started: 0,
                 usage: u,

@@ -530,6 +530,7 @@ mod tests {
             }],
             source_path: None,
             hash: String::new(),
+            job: None,
         };
         for (unit, source) in [
             ("local", "/etc/pods.d/p.yaml".to_string()),

@@ -6,6 +6,7 @@
 
 pub mod heap;
 pub mod images;
+pub mod jobs;
 pub mod reconcile;
 pub mod statefile;
 pub mod watch;
@@ -159,6 +160,8 @@ pub struct Syncer {
     retry_at: Option<Instant>,
     /// The CNI cache to sweep once no stop job is left (asked for once, at the start).
     sweep_at_rest: Option<std::path::PathBuf>,
+    /// When the Jobs' pods are to be looked at again ([`jobs`]).
+    jobs_at: Option<Instant>,
 }
 
 /// How long after a pod's failed start it is tried again (the kubelet's `backOffPeriod`).
@@ -189,6 +192,7 @@ impl Syncer {
             images: None,
             retry_at: None,
             sweep_at_rest: None,
+            jobs_at: None,
         }
     }
 
@@ -534,6 +538,7 @@ impl Syncer {
             .map(|k| k.at)
             .chain(pulls)
             .chain(self.retry_at)
+            .chain(self.jobs_at)
             .min()
     }
 
@@ -779,6 +784,12 @@ pub fn run(syncer: &mut Syncer, rx: mpsc::Receiver<Msg>) -> Result<i32, Error> {
                     if let Some(images) = syncer.images.as_mut() {
                         images.pass();
                     }
+                    if syncer.jobs_due(Instant::now())
+                        && let Err(e) = syncer.run_jobs()
+                        && !e.is_reload_under_way()
+                    {
+                        log(&format!("jobs: {e}"));
+                    }
                     if !syncer.retry_due(Instant::now()) {
                         continue;
                     }
@@ -861,6 +872,11 @@ pub fn run(syncer: &mut Syncer, rx: mpsc::Receiver<Msg>) -> Result<i32, Error> {
                     log(&format!("reconciled: {sum}"));
                     let _ = systemd::notify::notify(&format!("STATUS=Reconciled: {sum}"));
                     syncer.pull_waiting_images();
+                    if let Err(e) = syncer.run_jobs()
+                        && !e.is_reload_under_way()
+                    {
+                        log(&format!("jobs: {e}"));
+                    }
                 }
                 // Another reload began: the reconcile after it reads the whole tree.
                 Err(e) if e.is_reload_under_way() => {}

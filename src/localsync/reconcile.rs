@@ -65,6 +65,9 @@ pub struct State {
     /// `namespace/name`: their grace periods and uids outlive a restart of podunit-sync.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub removed: BTreeMap<String, Recorded>,
+    /// The Jobs of the manifests, keyed by `namespace/name`: what their controller has seen.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub jobs: BTreeMap<String, crate::workload::job_controller::JobRecord>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -112,6 +115,7 @@ pub fn plan(
         pods: BTreeMap::new(),
         spool_reloaded_for: recorded.spool_reloaded_for.clone(),
         removed: BTreeMap::new(),
+        jobs: recorded.jobs.clone(),
     };
     let mut desired_units: BTreeSet<String> = BTreeSet::new();
     for pod in desired {
@@ -123,7 +127,9 @@ pub fn plan(
         let previous = recorded.pods.get(&pod.key.to_string());
         let changed = previous.is_some_and(|r| r.hash != pod.hash);
         let key = pod.key.clone();
-        if running && changed && same_boot {
+        if pod.job.is_some() {
+            // A Job's pods are its controller's to start (`localsync/jobs.rs`).
+        } else if running && changed && same_boot {
             actions.push(Action::Restart { pod: key, unit });
         } else if !running {
             actions.push(Action::Start { pod: key, unit });
@@ -248,6 +254,7 @@ mod tests {
             }],
             source_path: None,
             hash: hash.into(),
+            job: None,
         }
     }
 

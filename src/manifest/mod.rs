@@ -27,6 +27,8 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, Clone)]
 pub enum Object {
     Pod(Box<Pod>),
+    /// A Job's pod, with the terms its controller (podunit-sync) runs it by.
+    JobPod(Box<Pod>, Box<crate::workload::job::JobTerms>),
     ConfigMap(Box<ConfigMap>),
     Secret(Box<Secret>),
 }
@@ -37,6 +39,8 @@ pub struct PodEntry {
     pub pod: Pod,
     pub file: PathBuf,
     pub source: Source,
+    /// A Job's pod: started by the Job controller, not with the node.
+    pub job: Option<Box<crate::workload::job::JobTerms>>,
 }
 
 impl PodEntry {
@@ -129,31 +133,44 @@ impl Catalog {
     ) {
         self.problems.extend(problems);
         for o in objects {
-            match o {
-                Object::Pod(mut pod) => {
-                    let ns = pod
-                        .metadata
-                        .namespace
-                        .get_or_insert_with(|| "default".into())
-                        .clone();
-                    let name = pod.metadata.name.clone().unwrap_or_default();
-                    if pod.metadata.uid.as_deref().unwrap_or("").is_empty() {
-                        pod.metadata.uid = Some(static_uid(&ns, &name, file));
-                    }
-                    self.pods.push(PodEntry {
-                        pod: *pod,
-                        file: file.to_path_buf(),
-                        source,
-                    });
+            let (pod, job) = match o {
+                Object::Pod(pod) => (pod, None),
+                Object::JobPod(pod, terms) => (pod, Some(terms)),
+                other => {
+                    self.add_object(file, other);
+                    continue;
                 }
-                Object::ConfigMap(cm) => {
-                    let key = object_key(&cm.metadata);
-                    self.config_maps.insert(key, (*cm, file.to_path_buf()));
-                }
-                Object::Secret(s) => {
-                    let key = object_key(&s.metadata);
-                    self.secrets.insert(key, (*s, file.to_path_buf()));
-                }
+            };
+            let mut pod = pod;
+            let ns = pod
+                .metadata
+                .namespace
+                .get_or_insert_with(|| "default".into())
+                .clone();
+            let name = pod.metadata.name.clone().unwrap_or_default();
+            if pod.metadata.uid.as_deref().unwrap_or("").is_empty() {
+                pod.metadata.uid = Some(static_uid(&ns, &name, file));
+            }
+            self.pods.push(PodEntry {
+                pod: *pod,
+                file: file.to_path_buf(),
+                source,
+                job,
+            });
+        }
+    }
+
+    /// Files a ConfigMap or a Secret.
+    fn add_object(&mut self, file: &Path, o: Object) {
+        match o {
+            Object::Pod(_) | Object::JobPod(..) => {}
+            Object::ConfigMap(cm) => {
+                let key = object_key(&cm.metadata);
+                self.config_maps.insert(key, (*cm, file.to_path_buf()));
+            }
+            Object::Secret(s) => {
+                let key = object_key(&s.metadata);
+                self.secrets.insert(key, (*s, file.to_path_buf()));
             }
         }
     }
@@ -251,13 +268,5 @@ pub fn static_uid(namespace: &str, name: &str, file: &Path) -> String {
     h.update(name.as_bytes());
     h.update([0]);
     h.update(file.as_os_str().as_encoded_bytes());
-    let hex = crate::common::text::hex(&h.finalize()[..16]);
-    format!(
-        "{}-{}-{}-{}-{}",
-        &hex[0..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..32]
-    )
+    crate::common::text::uid_from_digest(&h.finalize())
 }

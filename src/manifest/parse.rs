@@ -5,6 +5,7 @@ use super::cache::Reader;
 use super::documents::{documents, one_line};
 use crate::common::diag::{FieldPath, Problem};
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet};
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::de::DeserializeOwned;
@@ -114,19 +115,61 @@ fn parse_document(
         ("apps/v1", "Deployment") => {
             if let Some(d) = typed::<Deployment>(file, doc, root, &who, unknown, problems) {
                 let found = crate::workload::replicas::deployment_pods(&d);
-                add_workload(file, root, &who, &d.metadata, found, objects, problems);
+                add_workload(
+                    file,
+                    root,
+                    &who,
+                    &d.metadata,
+                    pods(found),
+                    objects,
+                    problems,
+                );
             }
         }
         ("apps/v1", "ReplicaSet") => {
             if let Some(rs) = typed::<ReplicaSet>(file, doc, root, &who, unknown, problems) {
                 let found = crate::workload::replicas::replica_set_pods(&rs);
-                add_workload(file, root, &who, &rs.metadata, found, objects, problems);
+                add_workload(
+                    file,
+                    root,
+                    &who,
+                    &rs.metadata,
+                    pods(found),
+                    objects,
+                    problems,
+                );
+            }
+        }
+        ("batch/v1", "Job") => {
+            if let Some(job) = typed::<Job>(file, doc, root, &who, unknown, problems) {
+                let (pods, found) = crate::workload::job::job_pods(&job);
+                let pods = pods
+                    .into_iter()
+                    .map(|(p, t)| Object::JobPod(Box::new(p), Box::new(t)))
+                    .collect();
+                add_workload(
+                    file,
+                    root,
+                    &who,
+                    &job.metadata,
+                    (pods, found),
+                    objects,
+                    problems,
+                );
             }
         }
         ("apps/v1", "DaemonSet") => {
             if let Some(ds) = typed::<DaemonSet>(file, doc, root, &who, unknown, problems) {
                 let found = crate::workload::daemon_set::daemon_set_pods(&ds);
-                add_workload(file, root, &who, &ds.metadata, found, objects, problems);
+                add_workload(
+                    file,
+                    root,
+                    &who,
+                    &ds.metadata,
+                    pods(found),
+                    objects,
+                    problems,
+                );
             }
         }
         ("v1", "List") => {
@@ -169,7 +212,7 @@ fn parse_document(
                     file,
                     format!(
                         "{api}/{kind} is not supported here (only v1 Pod, ConfigMap and Secret, \
-                         apps/v1 Deployment, ReplicaSet and DaemonSet)"
+                         apps/v1 Deployment, ReplicaSet and DaemonSet, batch/v1 Job)"
                     ),
                 )
                 .at(root.field("kind").to_string())
@@ -187,7 +230,7 @@ fn add_workload(
     root: &FieldPath,
     who: &Option<String>,
     meta: &ObjectMeta,
-    (pods, found): (Vec<Pod>, Vec<crate::workload::replicas::FieldProblem>),
+    (pods, found): (Vec<Object>, Vec<crate::workload::replicas::FieldProblem>),
     objects: &mut Vec<Object>,
     problems: &mut Vec<Problem>,
 ) {
@@ -228,11 +271,22 @@ fn add_workload(
     if failed {
         return;
     }
-    for pod in pods {
-        let mut pod = Box::new(pod);
-        super::fast::compact(&mut pod);
-        objects.push(Object::Pod(pod));
+    for mut o in pods {
+        if let Object::Pod(pod) | Object::JobPod(pod, _) = &mut o {
+            super::fast::compact(pod);
+        }
+        objects.push(o);
     }
+}
+
+/// A controller's pods as objects of the catalog.
+fn pods(
+    (pods, found): (Vec<Pod>, Vec<crate::workload::replicas::FieldProblem>),
+) -> (Vec<Object>, Vec<crate::workload::replicas::FieldProblem>) {
+    (
+        pods.into_iter().map(|p| Object::Pod(Box::new(p))).collect(),
+        found,
+    )
 }
 
 /// `namespace/name` from raw metadata, for messages about documents that did not parse.
@@ -363,7 +417,7 @@ mod tests {
                 "t.yaml: default/web: kind: warning: v1/ServiceAccount skipped: pods on a standalone node get no API credentials, so there is no account to run as",
                 "t.yaml: shop/web: document[1].kind: warning: v1/Service skipped: Services are served by kube-proxy and cluster DNS, which a standalone node does not run",
                 "t.yaml: default/web: document[3].kind: warning: networking.k8s.io/v1/Ingress skipped: Ingresses are served by an ingress controller, which a standalone node does not run",
-                "t.yaml: default/typo: document[4].kind: v1/Sevice is not supported here (only v1 Pod, ConfigMap and Secret, apps/v1 Deployment, ReplicaSet and DaemonSet)",
+                "t.yaml: default/typo: document[4].kind: v1/Sevice is not supported here (only v1 Pod, ConfigMap and Secret, apps/v1 Deployment, ReplicaSet and DaemonSet, batch/v1 Job)",
             ]
         );
     }

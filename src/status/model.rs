@@ -96,6 +96,15 @@ pub struct Observed {
 }
 
 impl Observed {
+    /// Restarts of all its containers, as kubectl's RESTARTS column sums them.
+    pub fn restarts(&self) -> u32 {
+        self.init_containers
+            .iter()
+            .chain(&self.containers)
+            .map(|c| c.restart_count)
+            .sum()
+    }
+
     /// Every app container is ready (there is at least one): `Ready` and `ContainersReady`.
     pub fn all_ready(&self) -> bool {
         !self.containers.is_empty() && self.containers.iter().all(|c| c.ready)
@@ -197,6 +206,7 @@ mod tests {
             ],
             source_path: None,
             hash: String::new(),
+            job: None,
         };
         let api = serde_saphyr::from_str(&format!(
             "apiVersion: v1\nkind: Pod\nmetadata: {{name: web, namespace: ns}}\nspec:\n  restartPolicy: {policy}\n  initContainers: [{{name: side, image: host, restartPolicy: Always}}, {{name: init, image: host}}]\n  containers: [{{name: app, image: host}}]\n"

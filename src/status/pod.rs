@@ -109,12 +109,7 @@ pub fn pod_status(
         display: display_status(&obs, terminating),
         ready_containers: obs.containers.iter().filter(|c| c.ready).count(),
         total_containers: obs.containers.len(),
-        restarts: obs
-            .init_containers
-            .iter()
-            .chain(&obs.containers)
-            .map(|c| c.restart_count)
-            .sum(),
+        restarts: obs.restarts(),
         start_time: obs.start_us,
         terminating,
         conditions: vec![
@@ -236,6 +231,7 @@ pub fn orphan_pods(actual: &[ListedUnit], desired: &[GeneratedPod]) -> Vec<Gener
             containers: Vec::new(),
             source_path: None,
             hash: String::new(),
+            job: None,
         });
         match container {
             Some(name) => pod.containers.push(GeneratedContainer {
@@ -309,6 +305,7 @@ mod tests {
             containers,
             source_path: Some("/etc/pods.d/web.yaml".into()),
             hash: "h".into(),
+            job: None,
         }
     }
 

@@ -223,10 +223,13 @@ pub fn translate(
     outputs.push(Output::Unit(
         pod_unit_file(&p, &containers).map_err(|f| vec![fault(f)])?,
     ));
-    outputs.push(Output::Symlink {
-        link: concat(&[naming::TARGET, ".wants/", &p.pod_unit]),
-        target: concat(&["../", &p.pod_unit]),
-    });
+    // A Job's pods start when its controller (podunit-sync) says, not with the node.
+    if entry.job.is_none() {
+        outputs.push(Output::Symlink {
+            link: concat(&[naming::TARGET, ".wants/", &p.pod_unit]),
+            target: concat(&["../", &p.pod_unit]),
+        });
+    }
     let mut warnings = Vec::new();
     let own_dns = spec.dns_config.is_some() || spec.dns_policy.as_deref() == Some("None");
     if own_dns && plan.network.is_none() && containers.iter().any(|c| c.root.is_none()) {
@@ -380,7 +383,11 @@ fn name_warnings(
     if !own_uts && spec.host_network != Some(true) {
         let node_name = "ignored: on the host network the containers' hostname is the node's \
                          (`network: cni` gives each pod its own)";
-        if spec.hostname.is_some() {
+        // An Indexed Job's controller names its pods' hosts; that is no one's request to warn of.
+        let by_controller = p.entry.job.as_ref().is_some_and(|j| {
+            j.indexed && spec.hostname.as_deref() == Some(&format!("{}-{}", j.name, j.index))
+        });
+        if spec.hostname.is_some() && !by_controller {
             out.push(("spec.hostname", node_name));
         }
         if spec.set_hostname_as_fqdn == Some(true) {
@@ -467,6 +474,9 @@ fn pod_unit_section(u: &mut unit::Section, p: &PodInput<'_>, containers: &[conta
     }
     u.add("X-PodunitPod", Value::Plain(concat(&[ns, "/", name])));
     u.add("X-PodunitUid", Value::Plain(p.entry.uid().to_string()));
+    if let Some(job) = &p.entry.job {
+        u.add("X-PodunitJob", Value::Plain(job.to_line()));
+    }
 }
 
 /// The pod unit's [Service]: pod-prepare and pod-cleanup, and the namespaces its containers join.

@@ -5,7 +5,11 @@
 //! - [`replicas`]: the pods a Deployment or a ReplicaSet stands for, named and labelled as the
 //!   controllers do.
 //! - [`daemon_set`]: a DaemonSet's pod on this node.
+//! - [`job`]: a Job's pods and the terms they run by; [`job_controller`]: the Job controller's
+//!   decisions (which pods to start and stop, when a Job is complete or failed).
 
 pub mod cron;
 pub mod daemon_set;
+pub mod job;
+pub mod job_controller;
 pub mod replicas;

@@ -232,19 +232,11 @@ pub(super) fn controlled_pods(
 pub(super) fn controller_ref(kind: &str, namespace: &str, name: &str) -> OwnerReference {
     use sha2::{Digest, Sha256};
     let d = Sha256::digest(format!("apps/v1/{kind}/{namespace}/{name}").as_bytes());
-    let h: String = d.iter().take(16).map(|b| format!("{b:02x}")).collect();
     OwnerReference {
         api_version: "apps/v1".into(),
         kind: kind.into(),
         name: name.into(),
-        uid: format!(
-            "{}-{}-{}-{}-{}",
-            &h[..8],
-            &h[8..12],
-            &h[12..16],
-            &h[16..20],
-            &h[20..32]
-        ),
+        uid: crate::common::text::uid_from_digest(&d),
         controller: Some(true),
         block_owner_deletion: Some(true),
     }
