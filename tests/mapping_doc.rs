@@ -205,6 +205,8 @@ fn structs() -> Vec<(&'static str, &'static [&'static str])> {
         fields_of::<k8s_openapi::api::apps::v1::DeploymentSpec>(),
         fields_of::<k8s_openapi::api::apps::v1::ReplicaSetSpec>(),
         fields_of::<k8s_openapi::api::apps::v1::DaemonSetSpec>(),
+        fields_of::<k8s_openapi::api::batch::v1::JobSpec>(),
+        fields_of::<k8s_openapi::api::batch::v1::CronJobSpec>(),
     ]
 }
 

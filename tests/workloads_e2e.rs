@@ -66,6 +66,32 @@ spec:
       containers: [{name: fail, image: host, command: [sh, -c, "echo trying >> /var/lib/doomed-tries; exit 1"]}]
 "#;
 
+/// A Job that runs past its deadline, and a suspended one with a selector of its own.
+const DEADLINE_AND_HELD: &str = r#"apiVersion: batch/v1
+kind: Job
+metadata: {name: deadline}
+spec:
+  activeDeadlineSeconds: 5
+  template:
+    spec:
+      restartPolicy: Never
+      terminationGracePeriodSeconds: 1
+      containers: [{name: slow, image: host, command: [sleep, "300"]}]
+---
+apiVersion: batch/v1
+kind: Job
+metadata: {name: held}
+spec:
+  suspend: true
+  manualSelector: true
+  selector: {matchLabels: {app: held}}
+  template:
+    metadata: {labels: {app: held}}
+    spec:
+      restartPolicy: Never
+      containers: [{name: c, image: host, command: [touch, /var/lib/held-ran]}]
+"#;
+
 fn sync_log(m: &Machine) -> String {
     m.sh_ok("journalctl -b --no-pager -o cat -u podunit-sync.service")
 }
@@ -92,7 +118,11 @@ fn jobs_run_to_completion_once() {
     start_sync(&m);
     m.write(
         "/etc/pods.d/jobs.yaml",
-        format!("{}---\n{DOOMED}", counting_job("v1")).as_bytes(),
+        format!(
+            "{}---\n{DOOMED}---\n{DEADLINE_AND_HELD}",
+            counting_job("v1")
+        )
+        .as_bytes(),
     );
     m.daemon_reload();
 
@@ -117,6 +147,29 @@ fn jobs_run_to_completion_once() {
         ),
         "{log}"
     );
+    m.wait_for("the deadline to fail its Job", SOON, || {
+        sync_log(&m)
+            .contains(
+                "job default/deadline: failed: DeadlineExceeded: Job was active longer than \
+                 specified deadline",
+            )
+            .then_some(())
+    });
+    let slow = pods_named(&m, "deadline-").pop().unwrap();
+    support::pods::wait_state(&m, &pod_unit(NS, &slow), &["inactive", "failed"]);
+    assert!(
+        m.read("/var/lib/held-ran").is_none(),
+        "a suspended Job runs nothing"
+    );
+    let status = m.sh_ok("podunit status");
+    for line in [
+        "job.batch/count      Complete",
+        "job.batch/doomed     Failed",
+        "job.batch/held       Suspended",
+    ] {
+        assert!(status.contains(line), "{line:?} in:\n{status}");
+    }
+    assert!(status.contains("3/3"), "{status}");
     let concurrency = m.read_string("/var/lib/jobtest/concurrency").unwrap();
     let most = concurrency
         .lines()
@@ -181,4 +234,163 @@ fn jobs_run_to_completion_once() {
         new_pods.iter().all(|p| !pods.contains(p)),
         "{pods:?} {new_pods:?}"
     );
+}
+
+/// A CronJob as Kubernetes' documentation writes one, running every minute for 65 s.
+fn every_minute(name: &str, policy: &str) -> String {
+    format!(
+        r#"apiVersion: batch/v1
+kind: CronJob
+metadata: {{name: {name}}}
+spec:
+  schedule: "* * * * *"
+  concurrencyPolicy: {policy}
+  jobTemplate:
+    spec:
+      template:
+        spec:
+          restartPolicy: Never
+          terminationGracePeriodSeconds: 1
+          containers:
+          - name: tick
+            image: host
+            command: [sh, -c, "date +%s >> /var/lib/{name}-runs; sleep 65"]
+"#
+    )
+}
+
+/// A CronJob due once a day at `minute hour` UTC, recording its runs in /var/lib/<name>-runs.
+fn daily(name: &str, minute: u64, hour: u64, deadline: Option<u64>) -> String {
+    let deadline = deadline.map_or(String::new(), |d| {
+        format!("\n  startingDeadlineSeconds: {d}")
+    });
+    format!(
+        r#"apiVersion: batch/v1
+kind: CronJob
+metadata: {{name: {name}}}
+spec:
+  schedule: "{minute} {hour} * * *"
+  timeZone: Etc/UTC{deadline}
+  jobTemplate:
+    spec:
+      template:
+        spec:
+          restartPolicy: OnFailure
+          containers: [{{name: once, image: host, command: [sh, -c, "date +%s >> /var/lib/{name}-runs"]}}]
+"#
+    )
+}
+
+fn runs(m: &Machine, name: &str) -> Vec<u64> {
+    m.read_string(&format!("/var/lib/{name}-runs"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
+/// One machine for the CronJob checks: the timer in `systemctl list-timers`, a run every
+/// minute, Forbid holding the next run while one goes and starting it once that one ends, the
+/// timer stopped with its CronJob, and after a downtime the missed run caught up at boot, or
+/// missed past `startingDeadlineSeconds`.
+#[test]
+fn cron_jobs_run_on_their_schedule() {
+    let mut m = Machine::boot("cronjobs");
+    start_sync(&m);
+    let suspended = every_minute("paused", "Allow")
+        .replace("spec:\n  schedule", "spec:\n  suspend: true\n  schedule");
+    m.write(
+        "/etc/pods.d/tick.yaml",
+        format!("{}---\n{suspended}", every_minute("tick", "Forbid")).as_bytes(),
+    );
+    m.daemon_reload();
+    m.wait_for("the timer in list-timers", SOON, || {
+        m.sh_ok("systemctl list-timers --no-pager")
+            .contains("podunit-default_tick.timer")
+            .then_some(())
+    });
+    let wait_runs = |n: usize| {
+        m.wait_for(
+            &format!("{n} runs of tick"),
+            Duration::from_secs(150),
+            || {
+                let r = runs(&m, "tick");
+                (r.len() >= n).then_some(r)
+            },
+        )
+    };
+    let first = wait_runs(1);
+    m.wait_for(
+        "Forbid to hold the next run",
+        Duration::from_secs(90),
+        || {
+            sync_log(&m)
+                .contains(
+                    "cronjob default/tick: JobAlreadyActive: Not starting job because prior \
+                 execution is running and concurrency policy is Forbid",
+                )
+                .then_some(())
+        },
+    );
+    let second = wait_runs(2);
+    assert!(
+        second[1] >= first[0] + 65,
+        "the held run starts once the going one has ended: {second:?}"
+    );
+    assert!(
+        runs(&m, "paused").is_empty(),
+        "a suspended CronJob runs nothing"
+    );
+    let status = m.sh_ok("podunit status");
+    assert!(
+        status.contains("cronjob.batch/tick     * * * * *   <none>     False     1"),
+        "{status}"
+    );
+
+    // Its CronJob gone, the timer stops.
+    m.sh_ok("rm /etc/pods.d/tick.yaml");
+    m.daemon_reload();
+    m.wait_for("the timer to stop", SOON, || {
+        (!m.sh_ok("systemctl list-timers --all --no-pager")
+            .contains("podunit-default_tick.timer"))
+        .then_some(())
+    });
+
+    // A downtime: two CronJobs that were due 3 minutes ago, and known to the node for 10.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let due = now - 180;
+    let (minute, hour) = ((due / 60) % 60, (due / 3600) % 24);
+    m.power_cut_and(|root| {
+        let pods = root.join("etc/pods.d");
+        let both = format!(
+            "{}---\n{}",
+            daily("catchup", minute, hour, None),
+            daily("strict", minute, hour, Some(60))
+        );
+        std::fs::write(pods.join("daily.yaml"), both).unwrap();
+        // What podunit-sync would have recorded had it seen them 10 minutes ago.
+        let file = root.join("var/lib/podunit/sync-state.json");
+        let mut state: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+        let seen = serde_json::json!({"firstSeen": now - 600});
+        state["cronJobs"] = serde_json::json!({"default/catchup": seen, "default/strict": seen});
+        std::fs::write(&file, serde_json::to_vec(&state).unwrap()).unwrap();
+    });
+    start_sync(&m);
+    let caught = m.wait_for("the missed run to be caught up", SOON, || {
+        let r = runs(&m, "catchup");
+        (!r.is_empty()).then_some(r)
+    });
+    assert_eq!(caught.len(), 1, "one run catches up a downtime: {caught:?}");
+    let log = sync_log(&m);
+    assert!(
+        log.contains("cronjob default/strict: MissSchedule: Missed scheduled time to start a job:"),
+        "{log}"
+    );
+    assert!(runs(&m, "strict").is_empty());
+    let timers = m.sh_ok("systemctl list-timers --no-pager");
+    assert!(timers.contains("podunit-default_catchup.timer"), "{timers}");
 }

@@ -17,6 +17,7 @@ pub mod prepare;
 pub mod probe;
 pub mod status;
 pub mod sync;
+pub mod workloads;
 
 /// Exit code for usage errors, as `podunit check` documents.
 pub const EXIT_USAGE: u8 = 2;

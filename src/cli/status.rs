@@ -1,4 +1,5 @@
 //! `podunit status [POD]`: pods like `kubectl get pods`, or one pod's containers with their logs.
+use super::output::table;
 use super::pods::{find, find_by, gather, pod_status};
 use crate::common::paths::Paths;
 use crate::common::timefmt;
@@ -132,34 +133,6 @@ fn now_us() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_micros() as u64)
         .unwrap_or(0)
-}
-
-/// Left-aligned columns separated by three spaces, as kubectl prints.
-pub fn table(rows: &[Vec<String>]) -> String {
-    let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
-    let width: Vec<usize> = (0..cols)
-        .map(|i| {
-            rows.iter()
-                .filter_map(|r| r.get(i))
-                .map(|c| c.chars().count())
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    let mut out = String::new();
-    for r in rows {
-        let mut line = String::new();
-        for (i, c) in r.iter().enumerate() {
-            if i + 1 == r.len() {
-                line.push_str(c);
-            } else {
-                line.push_str(&format!("{c:<w$}   ", w = width[i]));
-            }
-        }
-        out.push_str(line.trim_end());
-        out.push('\n');
-    }
-    out
 }
 
 /// One `kubectl get pods`-style line per pod; `wide` adds the IP column (the node's IP for a
@@ -305,6 +278,35 @@ pub fn pod_header(p: &PodStatus, source_path: Option<&str>, now: u64) -> String 
         }
 }
 
+/// The Jobs' and CronJobs' tables, if any; their record unread is a note.
+fn jobs_text(
+    paths: &Paths,
+    pods: &[(GeneratedPod, bool)],
+    now_us: u64,
+    notes: &mut Vec<String>,
+) -> String {
+    let rendered: Vec<GeneratedPod> = pods
+        .iter()
+        .filter(|(p, _)| p.job.is_some())
+        .map(|(p, _)| p.clone())
+        .collect();
+    if rendered.is_empty() {
+        return String::new();
+    }
+    let file = paths.host(crate::localsync::statefile::STATE_FILE);
+    let state = match crate::localsync::statefile::load(&file) {
+        Ok(s) => s,
+        Err(e) => {
+            notes.push(format!(
+                "warning: {e} (the progress of Jobs is shown to root)"
+            ));
+            Default::default()
+        }
+    };
+    let all = super::workloads::workloads(&rendered, &state, now_us / 1_000_000);
+    super::workloads::tables(&all)
+}
+
 pub fn run(args: Args) -> ExitCode {
     match run_inner(&args) {
         Ok(()) => ExitCode::SUCCESS,
@@ -361,6 +363,11 @@ fn run_inner(args: &Args) -> Result<(), String> {
                             String::new()
                         };
                         out!("{}", pods_table(&statuses, now, wide, &node_ip));
+                    }
+                    let jobs = jobs_text(&paths, &pods, now, &mut notes);
+                    if !jobs.is_empty() {
+                        outln!();
+                        out!("{jobs}");
                     }
                     if !notes.is_empty() {
                         if !statuses.is_empty() {

@@ -172,6 +172,24 @@ pub fn scan(dir: &Path) -> Result<Vec<GeneratedPod>, Error> {
     Ok(group(files))
 }
 
+/// The CronJobs' timers in the generator's tree (`podunit-<ns>_<cronjob>.timer`).
+pub fn timers(dir: &Path) -> Result<std::collections::BTreeSet<String>, Error> {
+    let rd = match std::fs::read_dir(dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Default::default()),
+        Err(e) => return Err(Error::Read(dir.to_path_buf(), e)),
+    };
+    let mut out = std::collections::BTreeSet::new();
+    for entry in rd {
+        let entry = entry.map_err(|e| Error::Read(dir.to_path_buf(), e))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with("podunit-") && name.ends_with(".timer") {
+            out.insert(name);
+        }
+    }
+    Ok(out)
+}
+
 fn read_entry(path: &Path, rel: &str, out: &mut Vec<GenFile>) -> Result<(), Error> {
     let meta = std::fs::symlink_metadata(path).map_err(|e| listed_read_error(path, e))?;
     let content = if meta.file_type().is_symlink() {

@@ -801,6 +801,7 @@ pub fn run(syncer: &mut Syncer, rx: mpsc::Receiver<Msg>) -> Result<i32, Error> {
         let mut reconcile = false;
         let mut reloaded = false;
         let mut reload_now = false;
+        let mut run_jobs = false;
         let mut handle = |msg: Msg, syncer: &mut Syncer| -> Result<Option<i32>, Error> {
             match msg {
                 Msg::Bus(Ok(Event::Reloading(false))) => {
@@ -818,6 +819,8 @@ pub fn run(syncer: &mut Syncer, rx: mpsc::Receiver<Msg>) -> Result<i32, Error> {
                     }
                     syncer.job_of_unit_done(&unit, &result);
                     syncer.start_done(&unit, &result);
+                    // A CronJob's timer fired.
+                    run_jobs |= jobs::is_cron_target(&unit);
                 }
                 Msg::Bus(Ok(_)) => {}
                 Msg::Bus(Err(e)) => log(&format!("{e}")),
@@ -861,6 +864,13 @@ pub fn run(syncer: &mut Syncer, rx: mpsc::Receiver<Msg>) -> Result<i32, Error> {
             if let Err(e) = syncer.client.reload() {
                 log(&format!("{e}"));
             }
+        }
+        if run_jobs
+            && !reconcile
+            && let Err(e) = syncer.run_jobs()
+            && !e.is_reload_under_way()
+        {
+            log(&format!("jobs: {e}"));
         }
         if reconcile {
             if reloaded {

@@ -68,6 +68,14 @@ pub struct State {
     /// The Jobs of the manifests, keyed by `namespace/name`: what their controller has seen.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub jobs: BTreeMap<String, crate::workload::job_controller::JobRecord>,
+    /// The CronJobs of the manifests, keyed by `namespace/name`; the Job of each (its last run)
+    /// is in `jobs` under the same key.
+    #[serde(
+        default,
+        rename = "cronJobs",
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
+    pub cron_jobs: BTreeMap<String, crate::workload::cron_controller::CronRecord>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -116,6 +124,7 @@ pub fn plan(
         spool_reloaded_for: recorded.spool_reloaded_for.clone(),
         removed: BTreeMap::new(),
         jobs: recorded.jobs.clone(),
+        cron_jobs: recorded.cron_jobs.clone(),
     };
     let mut desired_units: BTreeSet<String> = BTreeSet::new();
     for pod in desired {

@@ -5,7 +5,7 @@ use super::cache::Reader;
 use super::documents::{documents, one_line};
 use crate::common::diag::{FieldPath, Problem};
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet};
-use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::de::DeserializeOwned;
@@ -142,20 +142,14 @@ fn parse_document(
         }
         ("batch/v1", "Job") => {
             if let Some(job) = typed::<Job>(file, doc, root, &who, unknown, problems) {
-                let (pods, found) = crate::workload::job::job_pods(&job);
-                let pods = pods
-                    .into_iter()
-                    .map(|(p, t)| Object::JobPod(Box::new(p), Box::new(t)))
-                    .collect();
-                add_workload(
-                    file,
-                    root,
-                    &who,
-                    &job.metadata,
-                    (pods, found),
-                    objects,
-                    problems,
-                );
+                let found = job_pods(crate::workload::job::job_pods(&job));
+                add_workload(file, root, &who, &job.metadata, found, objects, problems);
+            }
+        }
+        ("batch/v1", "CronJob") => {
+            if let Some(cj) = typed::<CronJob>(file, doc, root, &who, unknown, problems) {
+                let found = job_pods(crate::workload::cron_job::cron_job_pods(&cj));
+                add_workload(file, root, &who, &cj.metadata, found, objects, problems);
             }
         }
         ("apps/v1", "DaemonSet") => {
@@ -212,7 +206,7 @@ fn parse_document(
                     file,
                     format!(
                         "{api}/{kind} is not supported here (only v1 Pod, ConfigMap and Secret, \
-                         apps/v1 Deployment, ReplicaSet and DaemonSet, batch/v1 Job)"
+                         apps/v1 Deployment, ReplicaSet and DaemonSet, batch/v1 Job and CronJob)"
                     ),
                 )
                 .at(root.field("kind").to_string())
@@ -277,6 +271,20 @@ fn add_workload(
         }
         objects.push(o);
     }
+}
+
+/// A Job's pods as objects of the catalog, each with the terms its controller runs it by.
+fn job_pods(
+    (pods, found): (
+        Vec<(Pod, crate::workload::job::JobTerms)>,
+        Vec<crate::workload::replicas::FieldProblem>,
+    ),
+) -> (Vec<Object>, Vec<crate::workload::replicas::FieldProblem>) {
+    let pods = pods
+        .into_iter()
+        .map(|(p, t)| Object::JobPod(Box::new(p), Box::new(t)))
+        .collect();
+    (pods, found)
 }
 
 /// A controller's pods as objects of the catalog.
@@ -417,7 +425,7 @@ mod tests {
                 "t.yaml: default/web: kind: warning: v1/ServiceAccount skipped: pods on a standalone node get no API credentials, so there is no account to run as",
                 "t.yaml: shop/web: document[1].kind: warning: v1/Service skipped: Services are served by kube-proxy and cluster DNS, which a standalone node does not run",
                 "t.yaml: default/web: document[3].kind: warning: networking.k8s.io/v1/Ingress skipped: Ingresses are served by an ingress controller, which a standalone node does not run",
-                "t.yaml: default/typo: document[4].kind: v1/Sevice is not supported here (only v1 Pod, ConfigMap and Secret, apps/v1 Deployment, ReplicaSet and DaemonSet, batch/v1 Job)",
+                "t.yaml: default/typo: document[4].kind: v1/Sevice is not supported here (only v1 Pod, ConfigMap and Secret, apps/v1 Deployment, ReplicaSet and DaemonSet, batch/v1 Job and CronJob)",
             ]
         );
     }

@@ -2,6 +2,7 @@
 //! manifest and a few facts about the node; it reads and writes nothing.
 
 pub mod container;
+pub mod cron_timer;
 pub mod dns;
 pub mod env;
 pub mod image;
@@ -224,11 +225,18 @@ pub fn translate(
         pod_unit_file(&p, &containers).map_err(|f| vec![fault(f)])?,
     ));
     // A Job's pods start when its controller (podunit-sync) says, not with the node.
-    if entry.job.is_none() {
-        outputs.push(Output::Symlink {
+    match &entry.job {
+        None => outputs.push(Output::Symlink {
             link: concat(&[naming::TARGET, ".wants/", &p.pod_unit]),
             target: concat(&["../", &p.pod_unit]),
-        });
+        }),
+        // A CronJob's timer goes with its Job's first pod.
+        Some(job) if job.index == 0 => {
+            if let Some(timer) = cron_timer::outputs(job, &p.source) {
+                outputs.extend(timer.map_err(|f| vec![fault(f)])?);
+            }
+        }
+        Some(_) => {}
     }
     let mut warnings = Vec::new();
     let own_dns = spec.dns_config.is_some() || spec.dns_policy.as_deref() == Some("None");

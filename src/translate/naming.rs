@@ -126,7 +126,17 @@ pub fn container_service(namespace: &str, pod: &str, container: &str) -> String 
     build(namespace, pod, Some(container), ".service", false)
 }
 
-/// Reverses any of the names above. None for units that are not a pod's.
+/// A CronJob's timer: `podunit-<ns>_<cronjob>.timer`.
+pub fn cron_timer(namespace: &str, cron_job: &str) -> String {
+    build(namespace, cron_job, None, ".timer", false)
+}
+
+/// The unit a CronJob's timer activates: `podunit-<ns>_<cronjob>.target`.
+pub fn cron_target(namespace: &str, cron_job: &str) -> String {
+    build(namespace, cron_job, None, ".target", false)
+}
+
+/// Reverses the names of pods' units above. None for units that are not a pod's.
 pub fn parse(unit: &str) -> Option<Parsed> {
     let (stem, slice) = if let Some(s) = unit.strip_suffix(".service") {
         (s, false)

@@ -14,7 +14,7 @@
 //! a new record, as deleting and creating the Job would be; `parallelism`, `suspend`,
 //! `activeDeadlineSeconds` and `backoffLimit` change the running Job.
 
-use super::replicas::{FieldProblem, error, generate_prefix, matches, pod_names};
+use super::replicas::{FieldProblem, error, generate_prefix, matches, pod_names, warning};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{
     EnvVar, EnvVarSource, ObjectFieldSelector, Pod, PodSpec, PodTemplateSpec,
@@ -55,6 +55,20 @@ pub struct JobTerms {
     /// `restartPolicy: OnFailure`: containers restart in their pod (systemd's `Restart=`), and
     /// their restarts count against `backoffLimit`; otherwise (`Never`) a failed pod is one failure.
     pub on_failure: bool,
+    /// The CronJob whose runs this Job is: its pods run when a schedule is due, not at once.
+    pub cron: Option<CronTerms>,
+}
+
+/// What the CronJob controller runs a CronJob's Job by.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CronTerms {
+    /// `spec.schedule`, valid (see [`super::cron::parse`]).
+    pub schedule: String,
+    pub time_zone: Option<String>,
+    /// `Allow`, `Forbid` or `Replace`.
+    pub concurrency_policy: String,
+    pub starting_deadline_seconds: Option<u64>,
+    pub suspend: bool,
 }
 
 impl JobTerms {
@@ -99,6 +113,23 @@ impl JobTerms {
         if self.suspend {
             s.push_str(" suspend=true");
         }
+        if let Some(c) = &self.cron {
+            // A schedule's fields are separated by spaces, and hold no `_`.
+            s.push_str(&format!(
+                " schedule={} concurrencyPolicy={}",
+                c.schedule.replace(' ', "_"),
+                c.concurrency_policy
+            ));
+            if let Some(z) = &c.time_zone {
+                s.push_str(&format!(" timeZone={z}"));
+            }
+            if let Some(d) = c.starting_deadline_seconds {
+                s.push_str(&format!(" startingDeadlineSeconds={d}"));
+            }
+            if c.suspend {
+                s.push_str(" cronSuspend=true");
+            }
+        }
         s
     }
 
@@ -118,6 +149,14 @@ impl JobTerms {
             suspend: false,
             indexed: false,
             on_failure: false,
+            cron: None,
+        };
+        let mut cron = CronTerms {
+            schedule: String::new(),
+            time_zone: None,
+            concurrency_policy: "Allow".into(),
+            starting_deadline_seconds: None,
+            suspend: false,
         };
         for w in words {
             let (k, v) = w.split_once('=')?;
@@ -131,8 +170,16 @@ impl JobTerms {
                 "suspend" => t.suspend = v == "true",
                 "completionMode" => t.indexed = v == "Indexed",
                 "restartPolicy" => t.on_failure = v == "OnFailure",
+                "schedule" => cron.schedule = v.replace('_', " "),
+                "timeZone" => cron.time_zone = Some(v.to_string()),
+                "concurrencyPolicy" => cron.concurrency_policy = v.to_string(),
+                "startingDeadlineSeconds" => cron.starting_deadline_seconds = Some(v.parse().ok()?),
+                "cronSuspend" => cron.suspend = v == "true",
                 _ => return None,
             }
+        }
+        if !cron.schedule.is_empty() {
+            t.cron = Some(cron);
         }
         (!t.uid.is_empty()).then_some(t)
     }
@@ -281,6 +328,46 @@ pub fn job_pods(job: &Job) -> (Vec<(Pod, JobTerms)>, Vec<FieldProblem>) {
     if problems.iter().any(|p| !p.warning) {
         return (Vec::new(), problems);
     }
+    // What changes a Job's outcome and is not run here: said, so no one is surprised.
+    let not_run = [
+        (
+            spec.pod_failure_policy.is_some(),
+            "spec.podFailurePolicy",
+            "every failed pod counts against backoffLimit",
+        ),
+        (
+            spec.success_policy.is_some(),
+            "spec.successPolicy",
+            "the Job is complete when its completions have succeeded",
+        ),
+        (
+            spec.backoff_limit_per_index.is_some(),
+            "spec.backoffLimitPerIndex",
+            "failures count against backoffLimit, for all indexes together",
+        ),
+        (
+            spec.max_failed_indexes.is_some(),
+            "spec.maxFailedIndexes",
+            "failures count against backoffLimit, for all indexes together",
+        ),
+        (
+            spec.ttl_seconds_after_finished.is_some(),
+            "spec.ttlSecondsAfterFinished",
+            "a finished Job's pods stay until its document is removed",
+        ),
+        (
+            spec.managed_by
+                .as_deref()
+                .is_some_and(|m| m != "kubernetes.io/job-controller"),
+            "spec.managedBy",
+            "podunit-sync is this Job's controller on a standalone node",
+        ),
+    ];
+    for (set, path, instead) in not_run {
+        if set {
+            problems.push(warning(path, format!("not run by podunit: {instead}")));
+        }
+    }
 
     let (completions, parallelism) = match (spec.completions, spec.parallelism) {
         (None, None) => (Some(1), 1),
@@ -301,6 +388,7 @@ pub fn job_pods(job: &Job) -> (Vec<(Pod, JobTerms)>, Vec<FieldProblem>) {
         suspend: spec.suspend == Some(true),
         indexed,
         on_failure: restart == "OnFailure",
+        cron: None,
     };
     let mut meta = spec.template.metadata.clone().unwrap_or_default();
     let l = meta.labels.get_or_insert_with(Default::default);
@@ -502,10 +590,7 @@ mod tests {
         let msgs = |y: &str| -> Vec<String> {
             let (pods, problems) = job_pods(&job(y));
             assert!(pods.is_empty());
-            problems
-                .into_iter()
-                .map(|p| format!("{}: {}", p.path, p.message))
-                .collect()
+            problems.iter().map(ToString::to_string).collect()
         };
         assert_eq!(
             msgs(&PI.replace("restartPolicy: Never\n", "")),

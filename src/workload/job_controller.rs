@@ -58,6 +58,9 @@ pub struct Finished {
 #[serde(rename_all = "camelCase")]
 pub struct JobRecord {
     pub uid: String,
+    /// When the controller first saw the Job (unix seconds): its creation, for AGE.
+    #[serde(default)]
+    pub created: u64,
     /// The boot the record's `started` and `counted` were made in (kept by the caller).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub boot: String,
@@ -84,9 +87,11 @@ pub struct JobRecord {
 }
 
 impl JobRecord {
-    pub fn new(uid: &str) -> Self {
+    /// A new Job's record, seen first at `now`.
+    pub fn new(uid: &str, now: u64) -> Self {
         JobRecord {
             uid: uid.to_string(),
+            created: now,
             ..Default::default()
         }
     }
@@ -115,7 +120,7 @@ pub fn decide(
 ) -> Decision {
     let mut rec = match record {
         Some(r) if r.uid == terms.uid => r.clone(),
-        _ => JobRecord::new(&terms.uid),
+        _ => JobRecord::new(&terms.uid, now),
     };
     let active: Vec<usize> = (0..pods.len())
         .filter(|&i| matches!(pods[i], PodState::Active { .. }))
@@ -314,6 +319,7 @@ mod tests {
             suspend: false,
             indexed: false,
             on_failure: false,
+            cron: None,
         }
     }
 
@@ -408,7 +414,7 @@ mod tests {
     #[test]
     fn a_new_uid_is_a_new_job() {
         let t = terms(Some(1), 1);
-        let mut old = JobRecord::new("other");
+        let mut old = JobRecord::new("other", 0);
         old.succeeded.insert(0);
         old.finished = Some(Finished {
             type_: "Complete".into(),

@@ -7,8 +7,11 @@
 //! - [`daemon_set`]: a DaemonSet's pod on this node.
 //! - [`job`]: a Job's pods and the terms they run by; [`job_controller`]: the Job controller's
 //!   decisions (which pods to start and stop, when a Job is complete or failed).
+//! - [`cron_job`]: a CronJob's Job pods and terms; [`cron_controller`]: when a run is due.
 
 pub mod cron;
+pub mod cron_controller;
+pub mod cron_job;
 pub mod daemon_set;
 pub mod job;
 pub mod job_controller;

@@ -36,6 +36,13 @@ pub struct FieldProblem {
     pub warning: bool,
 }
 
+impl std::fmt::Display for FieldProblem {
+    /// `path: message`, as the API server prints a field error.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.path, self.message)
+    }
+}
+
 pub(super) fn error(path: &str, message: impl Into<String>) -> FieldProblem {
     FieldProblem {
         path: path.into(),
@@ -44,7 +51,7 @@ pub(super) fn error(path: &str, message: impl Into<String>) -> FieldProblem {
     }
 }
 
-fn warning(path: &str, message: impl Into<String>) -> FieldProblem {
+pub(super) fn warning(path: &str, message: impl Into<String>) -> FieldProblem {
     FieldProblem {
         path: path.into(),
         message: message.into(),
