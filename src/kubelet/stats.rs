@@ -171,20 +171,24 @@ impl Cgroups {
 }
 
 impl Cgroups {
-    /// A process in the cgroup at `rel` (itself, not below), if any.
-    pub fn a_process(&self, rel: &str) -> Option<u32> {
+    /// The processes in the cgroup at `rel` (itself, not below).
+    pub fn processes(&self, rel: &str) -> Vec<u32> {
         let dirs = match self {
             Cgroups::V2(root) => vec![root.join(rel)],
             Cgroups::V1 {
                 unified, memory, ..
             } => vec![unified.join(rel), memory.join(rel)],
         };
-        dirs.iter().find_map(|d| {
-            std::fs::read_to_string(d.join("cgroup.procs"))
-                .ok()?
-                .lines()
-                .find_map(|l| l.trim().parse().ok())
-        })
+        dirs.iter()
+            .find_map(|d| {
+                let procs: Vec<u32> = std::fs::read_to_string(d.join("cgroup.procs"))
+                    .ok()?
+                    .lines()
+                    .filter_map(|l| l.trim().parse().ok())
+                    .collect();
+                (!procs.is_empty()).then_some(procs)
+            })
+            .unwrap_or_default()
     }
 }
 
@@ -376,8 +380,11 @@ pub fn sample(cg: &Cgroups, pods: Vec<GeneratedPod>, paths: &Paths) -> Sample {
             .containers
             .iter()
             .filter(|_| attached)
-            .find_map(|c| cg.a_process(&format!("{rel}/{}", c.unit)))
+            .flat_map(|c| cg.processes(&format!("{rel}/{}", c.unit)))
+            // A process may be gone by the time its counters are read (an exec session
+            // ending): the next one's are the same namespace's.
             .map(pod_network)
+            .find(|ifs| !ifs.is_empty())
             .unwrap_or_default();
         let mut volumes = Vec::new();
         if let Some(uid) = &pod.uid {
