@@ -197,9 +197,6 @@ pub fn main() -> ExitCode {
             format!("Reconcile failed: {e}")
         }
     };
-    if let Err(e) = syncer.run_jobs() {
-        localsync::log(&format!("jobs: {e}"));
-    }
     if args.once {
         return ExitCode::SUCCESS;
     }

@@ -77,9 +77,14 @@ impl Syncer {
     /// Runs every Job's and CronJob's controller once. Called after each reconcile, when a
     /// CronJob's timer fires, and whenever [`Syncer::jobs_due`] says so.
     pub fn run_jobs(&mut self) -> Result<(), Error> {
-        self.jobs_at = None;
         let desired = self.desired()?;
-        let jobs = rendered(&desired);
+        self.run_jobs_of(&desired)
+    }
+
+    /// [`Syncer::run_jobs`] over the pods the generator rendered, already read.
+    pub(super) fn run_jobs_of(&mut self, desired: &[GeneratedPod]) -> Result<(), Error> {
+        self.jobs_at = None;
+        let jobs = rendered(desired);
         self.sync_timers()?;
         let mut state = statefile::load(&self.opts.state_file)?;
         if jobs.is_empty() && state.jobs.is_empty() && state.cron_jobs.is_empty() {

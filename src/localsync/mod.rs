@@ -229,7 +229,8 @@ impl Syncer {
         Ok(units)
     }
 
-    /// Reconciles once: queues the jobs and persists the record. Per-unit failures are logged
+    /// Reconciles once: queues the jobs, persists the record, then runs the Jobs' controllers
+    /// over the same rendered pods. Per-unit failures are logged
     /// and leave that pod's record as it was, so the next reload retries it.
     pub fn reconcile(&mut self) -> Result<Summary, Error> {
         let desired = self.desired()?;
@@ -338,6 +339,12 @@ impl Syncer {
         statefile::save(&self.opts.state_file, &next)?;
         if self.pending_stops.is_empty() {
             self.after_stops();
+        }
+        // The Jobs' controllers look at the pods just read, as they now are.
+        if let Err(e) = self.run_jobs_of(&desired)
+            && !e.is_reload_under_way()
+        {
+            log(&format!("jobs: {e}"));
         }
         Ok(sum)
     }
@@ -882,11 +889,6 @@ pub fn run(syncer: &mut Syncer, rx: mpsc::Receiver<Msg>) -> Result<i32, Error> {
                     log(&format!("reconciled: {sum}"));
                     let _ = systemd::notify::notify(&format!("STATUS=Reconciled: {sum}"));
                     syncer.pull_waiting_images();
-                    if let Err(e) = syncer.run_jobs()
-                        && !e.is_reload_under_way()
-                    {
-                        log(&format!("jobs: {e}"));
-                    }
                 }
                 // Another reload began: the reconcile after it reads the whole tree.
                 Err(e) if e.is_reload_under_way() => {}
