@@ -69,7 +69,7 @@ controlplane:
 # Real systemd end to end: each test boots its own nspawn machine. E2E_JOBS machines at a time.
 E2E_JOBS ?= 4
 test-e2e: rootfs controlplane
-	$(CARGO) test --no-fail-fast $(E2E_SUITES) -- --test-threads=$(E2E_JOBS)
+	$(CARGO) test --workspace --no-fail-fast $(E2E_SUITES) -- --test-threads=$(E2E_JOBS)
 
 # Boots a throwaway systemd machine, installs the release build (as `make release` makes it, and as
 # the packages ship it), runs examples/*.yaml, shows status and logs. Installs what it needs first
