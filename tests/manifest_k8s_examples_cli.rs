@@ -40,13 +40,16 @@ struct Case {
 // Reasons, as substrings of what `podunit check` prints.
 const NO_COMMAND: &str = "podunit does not read an image's entrypoint";
 const UNKNOWN_FIELD: &str = "unknown field";
-const NO_PVC: &str = "persistentVolumeClaim volumes are not supported";
+const NO_CLAIM: &str = "not found (no PersistentVolumeClaim of this name";
 const NO_IMAGE_VOLUME: &str = "image volumes are not supported";
 const NO_LOCALHOST_SECCOMP: &str = "\"Localhost\" profiles are not supported";
 const BAD_YAML: &str = "not valid YAML or JSON";
 const NODE_AFFINITY: &str = "refused as the kubelet refuses it (NodeAffinity)";
 const OTHER_KIND: &str = "is not supported here";
 
+const WHY_CLAIM: &str = "its claim is in a file of its own (alone: `persistentvolumeclaim not \
+    found`); beside it, the pod runs on the claim's directory (tests/manifest_k8s_examples_cli.rs \
+    checks the documentation's PV walkthrough as its three files together)";
 const WHY_IMAGE: &str =
     "the image is not on the node yet: podunit-sync pulls it, then the pod starts";
 const WHY_AFFINITY: &str = "its node selector or required node affinity asks for labels this node \
@@ -161,19 +164,19 @@ const CASES: &[Case] = &[
     Case { file: "security/security-context.yaml", fresh: Renders, with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
     Case { file: "share-process-namespace.yaml", fresh: Renders, with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
     Case { file: "simple-pod.yaml", fresh: Renders, with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
-    Case { file: "storage/expandable-pvc-pod.yaml", fresh: Refused(&[NO_PVC]), with_images: Refused(&[NO_PVC]), why: "persistentVolumeClaim volumes need storage drivers, which podunit does not have" },
-    Case { file: "storage/expandable-pvc.yaml", fresh: Refused(&[OTHER_KIND]), with_images: Refused(&[OTHER_KIND]), why: "a PersistentVolumeClaim, not a Pod" },
+    Case { file: "storage/expandable-pvc-pod.yaml", fresh: Refused(&[NO_CLAIM]), with_images: Refused(&[NO_CLAIM]), why: WHY_CLAIM },
+    Case { file: "storage/expandable-pvc.yaml", fresh: Renders, with_images: Renders, why: "a PersistentVolumeClaim only: provisioned (local-path) when a pod uses it" },
     Case { file: "storage/projected-clustertrustbundle.yaml", fresh: Refused(&["no volume named \"token-vol\" in spec.volumes"]), with_images: Refused(&["no volume named \"token-vol\" in spec.volumes"]), why: "invalid manifest: the mount names volume `token-vol`, the pod defines `root-certificates-vol`" },
     Case { file: "storage/projected-podcertificate.yaml", fresh: Refused(&[UNKNOWN_FIELD]), with_images: Refused(&[UNKNOWN_FIELD]), why: "`podCertificate` projections are newer than the Kubernetes API podunit is built for (1.33)" },
     Case { file: "storage/projected-secret-downwardapi-configmap.yaml", fresh: Renders, with_images: Renders, why: WHY_IMAGE },
     Case { file: "storage/projected-secrets-nondefault-permission-mode.yaml", fresh: Renders, with_images: Renders, why: WHY_IMAGE },
     Case { file: "storage/projected-service-account-token.yaml", fresh: Renders, with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
     Case { file: "storage/projected.yaml", fresh: Renders, with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
-    Case { file: "storage/pv-claim.yaml", fresh: Refused(&[OTHER_KIND]), with_images: Refused(&[OTHER_KIND]), why: "a PersistentVolumeClaim, not a Pod" },
-    Case { file: "storage/pv-duplicate.yaml", fresh: Refused(&[NO_PVC]), with_images: Refused(&[NO_PVC]), why: "persistentVolumeClaim volumes need storage drivers, which podunit does not have" },
-    Case { file: "storage/pv-pod-backup.yaml", fresh: Refused(&[NO_PVC]), with_images: Refused(&[NO_PVC]), why: "persistentVolumeClaim volumes need storage drivers, which podunit does not have" },
-    Case { file: "storage/pv-pod.yaml", fresh: Refused(&[NO_PVC]), with_images: Refused(&[NO_PVC]), why: "persistentVolumeClaim volumes need storage drivers, which podunit does not have" },
-    Case { file: "storage/pv-volume.yaml", fresh: Refused(&[OTHER_KIND]), with_images: Refused(&[OTHER_KIND]), why: "a PersistentVolume, not a Pod" },
+    Case { file: "storage/pv-claim.yaml", fresh: Renders, with_images: Renders, why: "a PersistentVolumeClaim only: bound to a PersistentVolume of class manual when one is beside it" },
+    Case { file: "storage/pv-duplicate.yaml", fresh: Refused(&[NO_CLAIM]), with_images: Refused(&[NO_CLAIM, NO_COMMAND]), why: WHY_CLAIM },
+    Case { file: "storage/pv-pod-backup.yaml", fresh: Refused(&[NO_CLAIM]), with_images: Refused(&[NO_CLAIM, NO_COMMAND]), why: WHY_CLAIM },
+    Case { file: "storage/pv-pod.yaml", fresh: Refused(&[NO_CLAIM]), with_images: Refused(&[NO_CLAIM, NO_COMMAND]), why: WHY_CLAIM },
+    Case { file: "storage/pv-volume.yaml", fresh: Renders, with_images: Renders, why: "a hostPath PersistentVolume only: bound to a matching claim beside it" },
     Case { file: "storage/redis.yaml", fresh: Renders, with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
     Case { file: "topology-spread-constraints/one-constraint-with-nodeaffinity.yaml", fresh: Renders, with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
     Case { file: "topology-spread-constraints/one-constraint.yaml", fresh: Renders, with_images: Refused(&[NO_COMMAND]), why: WHY_IMAGE_COMMAND },
@@ -479,4 +482,38 @@ fn docs_show_the_table() {
     panic!(
         "{DOC}: the table differs from tests/manifest_k8s_examples_cli.rs; run with UPDATE_K8S_EXAMPLES=1"
     );
+}
+
+/// The documentation's PersistentVolume walkthrough, as its three files: checked together the
+/// claim binds to the volume and the pod passes (it waits for its image only; alone, each of
+/// the pod's files is refused with `persistentvolumeclaim not found`).
+#[test]
+fn the_persistent_volume_walkthrough_passes_as_its_three_files() {
+    let Some(dir) = examples_dir() else {
+        return;
+    };
+    let scratch = tempdir("pv-walkthrough");
+    let root = scratch.join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    let files: Vec<PathBuf> = ["pv-volume.yaml", "pv-claim.yaml", "pv-pod.yaml"]
+        .iter()
+        .map(|f| dir.join("storage").join(f))
+        .collect();
+    let o = Command::new(env!("CARGO_BIN_EXE_podunit"))
+        .arg("check")
+        .args(&files)
+        .env("PODUNIT_ROOT", &root)
+        .output()
+        .unwrap();
+    let out = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(o.status.success(), "{out}");
+    assert!(
+        out.contains("0 error(s), 0 warning(s), 1 image(s) to pull when the pods start"),
+        "{out}"
+    );
+    let _ = std::fs::remove_dir_all(&scratch);
 }

@@ -193,6 +193,9 @@ fn structs() -> Vec<(&'static str, &'static [&'static str])> {
         fields_of::<core::Capabilities>(),
         fields_of::<core::SeccompProfile>(),
         fields_of::<core::Volume>(),
+        fields_of::<core::PersistentVolumeClaimVolumeSource>(),
+        fields_of::<core::PersistentVolumeClaimSpec>(),
+        fields_of::<core::PersistentVolumeSpec>(),
         fields_of::<core::EmptyDirVolumeSource>(),
         fields_of::<core::HostPathVolumeSource>(),
         fields_of::<core::ConfigMapVolumeSource>(),
@@ -205,6 +208,7 @@ fn structs() -> Vec<(&'static str, &'static [&'static str])> {
         fields_of::<k8s_openapi::api::apps::v1::DeploymentSpec>(),
         fields_of::<k8s_openapi::api::apps::v1::ReplicaSetSpec>(),
         fields_of::<k8s_openapi::api::apps::v1::DaemonSetSpec>(),
+        fields_of::<k8s_openapi::api::apps::v1::StatefulSetSpec>(),
         fields_of::<k8s_openapi::api::batch::v1::JobSpec>(),
         fields_of::<k8s_openapi::api::batch::v1::CronJobSpec>(),
     ]

@@ -6,7 +6,7 @@ mod support;
 
 use std::time::Duration;
 use support::nspawn::Machine;
-use support::pods::{SOON, pod_unit, start_sync};
+use support::pods::{SOON, ctr_unit, pod_unit, start_sync};
 use support::status::pods_named;
 
 const NS: &str = "default";
@@ -393,4 +393,361 @@ fn cron_jobs_run_on_their_schedule() {
     assert!(runs(&m, "strict").is_empty());
     let timers = m.sh_ok("systemctl list-timers --no-pager");
     assert!(timers.contains("podunit-default_catchup.timer"), "{timers}");
+}
+
+/// A StatefulSet of `replicas` pods, OrderedReady, each Ready 3 s after it starts; each pod
+/// records its start time in /var/lib/ststest/starts and keeps its identity in its claim.
+fn web_set(replicas: u32) -> String {
+    format!(
+        r#"apiVersion: apps/v1
+kind: StatefulSet
+metadata: {{name: web}}
+spec:
+  serviceName: nginx
+  replicas: {replicas}
+  selector: {{matchLabels: {{app: web}}}}
+  template:
+    metadata: {{labels: {{app: web}}}}
+    spec:
+      terminationGracePeriodSeconds: 1
+      volumes: [{{name: log, hostPath: {{path: /var/lib/ststest, type: DirectoryOrCreate}}}}]
+      containers:
+      - name: web
+        image: host
+        readinessProbe: {{exec: {{command: ["true"]}}, initialDelaySeconds: 3, periodSeconds: 1}}
+        volumeMounts: [{{name: www, mountPath: /www}}, {{name: log, mountPath: /log}}]
+        command:
+        - sh
+        - -c
+        - |
+          echo "$(hostname) $(date +%s.%N)" >> /log/starts
+          [ -e /www/id ] || hostname > /www/id
+          hostname >> /www/boots
+          exec sleep infinity
+  volumeClaimTemplates:
+  - metadata: {{name: www}}
+    spec:
+      accessModes: [ReadWriteOnce]
+      resources: {{requests: {{storage: 1Gi}}}}
+"#
+    )
+}
+
+/// The Kubernetes documentation's PersistentVolume walkthrough (PV, claim, pod), the pod
+/// copying what it finds on the volume into a file of the test's.
+const TASK_PV: &str = r#"apiVersion: v1
+kind: PersistentVolume
+metadata: {name: task-pv-volume, labels: {type: local}}
+spec:
+  storageClassName: manual
+  capacity: {storage: 10Gi}
+  accessModes: [ReadWriteOnce]
+  hostPath: {path: /mnt/data}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: task-pv-claim}
+spec:
+  storageClassName: manual
+  accessModes: [ReadWriteOnce]
+  resources: {requests: {storage: 3Gi}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: task-pv-pod}
+spec:
+  terminationGracePeriodSeconds: 1
+  volumes: [{name: task-pv-storage, persistentVolumeClaim: {claimName: task-pv-claim}}]
+  containers:
+  - name: task-pv-container
+    image: host
+    command: [sh, -c, "cat /usr/share/nginx/html/index.html > /var/lib/task-pv-seen; exec sleep infinity"]
+    volumeMounts: [{mountPath: /usr/share/nginx/html, name: task-pv-storage}]
+"#;
+
+/// Volumes bound by what names them: a `local` volume by the claim's selector (its twin for
+/// another node binds nothing), one by its `claimRef`, one by the claim's `volumeName`; the pod
+/// leaves a file in each.
+const BY_NAME_AND_LABEL: &str = r#"apiVersion: v1
+kind: PersistentVolume
+metadata: {name: near, labels: {disk: near}}
+spec:
+  capacity: {storage: 1Gi}
+  accessModes: [ReadWriteOnce]
+  volumeMode: Filesystem
+  local: {path: /mnt/near}
+  nodeAffinity:
+    required:
+      nodeSelectorTerms: [{matchExpressions: [{key: kubernetes.io/os, operator: In, values: [linux]}]}]
+---
+apiVersion: v1
+kind: PersistentVolume
+metadata: {name: far, labels: {disk: near}}
+spec:
+  capacity: {storage: 1Gi}
+  accessModes: [ReadWriteOnce]
+  local: {path: /mnt/far}
+  nodeAffinity:
+    required:
+      nodeSelectorTerms: [{matchExpressions: [{key: kubernetes.io/hostname, operator: In, values: [elsewhere]}]}]
+---
+apiVersion: v1
+kind: PersistentVolume
+metadata: {name: reserved}
+spec:
+  capacity: {storage: 1Gi}
+  accessModes: [ReadWriteOnce]
+  claimRef: {namespace: default, name: by-ref}
+  hostPath: {path: /mnt/reserved, type: DirectoryOrCreate}
+---
+apiVersion: v1
+kind: PersistentVolume
+metadata: {name: named}
+spec:
+  capacity: {storage: 1Gi}
+  accessModes: [ReadWriteOnce]
+  hostPath: {path: /mnt/named, type: DirectoryOrCreate}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: by-label}
+spec:
+  storageClassName: ""
+  volumeMode: Filesystem
+  selector: {matchLabels: {disk: near}}
+  accessModes: [ReadWriteOnce]
+  resources: {requests: {storage: 1Gi}}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: by-ref}
+spec:
+  storageClassName: ""
+  accessModes: [ReadWriteOnce]
+  resources: {requests: {storage: 1Gi}}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: by-name}
+spec:
+  storageClassName: ""
+  volumeName: named
+  accessModes: [ReadWriteOnce]
+  resources: {requests: {storage: 1Gi}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: binder}
+spec:
+  terminationGracePeriodSeconds: 1
+  volumes:
+  - {name: a, persistentVolumeClaim: {claimName: by-label}}
+  - {name: b, persistentVolumeClaim: {claimName: by-ref}}
+  - {name: c, persistentVolumeClaim: {claimName: by-name}}
+  containers:
+  - name: c
+    image: host
+    command: [sh, -c, "touch /a/x /b/x /c/x; exec sleep infinity"]
+    volumeMounts: [{name: a, mountPath: /a}, {name: b, mountPath: /b}, {name: c, mountPath: /c}]
+"#;
+
+const DATA_CLAIM: &str = r#"apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: data}
+spec:
+  accessModes: [ReadWriteOnce]
+  resources: {requests: {storage: 1Gi}}
+"#;
+
+const DATA_POD: &str = r#"apiVersion: v1
+kind: Pod
+metadata: {name: writer}
+spec:
+  terminationGracePeriodSeconds: 1
+  volumes: [{name: d, persistentVolumeClaim: {claimName: data}}]
+  containers:
+  - name: c
+    image: host
+    command: [sh, -c, "date +%s.%N >> /d/runs; exec sleep infinity"]
+    volumeMounts: [{name: d, mountPath: /d}]
+"#;
+
+/// (pod, start time) from /var/lib/ststest/starts, in file order.
+fn set_starts(m: &Machine) -> Vec<(String, f64)> {
+    m.read_string("/var/lib/ststest/starts")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let (pod, t) = l.split_once(' ')?;
+            Some((pod.to_string(), t.parse().ok()?))
+        })
+        .collect()
+}
+
+fn claim_file(m: &Machine, claim: &str, file: &str) -> String {
+    m.read_string(&format!("/var/lib/podunit/volumes/default/{claim}/{file}"))
+        .unwrap_or_default()
+}
+
+/// One machine for StatefulSets and claims: OrderedReady start (each pod after the one before
+/// it is Ready), stable hostnames, per-ordinal claims whose data survives a pod's stop and the
+/// controller's start of it again, a scale-down and a reboot; the PersistentVolume walkthrough;
+/// a claim outliving its pod's document and its own, until `podunit volume rm`.
+#[test]
+fn stateful_sets_and_claims_keep_their_data() {
+    let mut m = Machine::boot("statefulsets");
+    // A UTS namespace per pod: a StatefulSet pod's hostname is its name.
+    m.write("/etc/podunit/config.yaml", b"network: private\n");
+    start_sync(&m);
+    m.sh_ok("mkdir -p /mnt/data /mnt/near && echo 'Hello from Kubernetes storage' > /mnt/data/index.html");
+    m.write("/etc/pods.d/binding.yaml", BY_NAME_AND_LABEL.as_bytes());
+    m.write("/etc/pods.d/web.yaml", web_set(3).as_bytes());
+    m.write("/etc/pods.d/task-pv.yaml", TASK_PV.as_bytes());
+    m.write(
+        "/etc/pods.d/data.yaml",
+        format!("{DATA_CLAIM}---\n{DATA_POD}").as_bytes(),
+    );
+    m.daemon_reload();
+
+    let starts = m.wait_for("the set's three pods, in order", SOON, || {
+        let s = set_starts(&m);
+        (s.len() >= 3).then_some(s)
+    });
+    let order: Vec<&str> = starts.iter().map(|(p, _)| p.as_str()).collect();
+    assert_eq!(order, ["web-0", "web-1", "web-2"], "{starts:?}");
+    for w in starts.windows(2) {
+        assert!(
+            w[1].1 >= w[0].1 + 3.0,
+            "{} starts once {} is Ready (3 s after its start): {starts:?}",
+            w[1].0,
+            w[0].0
+        );
+    }
+    for i in 0..3 {
+        assert_eq!(
+            claim_file(&m, &format!("www-web-{i}"), "id").trim(),
+            format!("web-{i}")
+        );
+    }
+    let log = sync_log(&m);
+    assert!(
+        log.contains("statefulset default/web: starting pod default/web-1 (ordinal 1)"),
+        "{log}"
+    );
+    m.wait_for("the set 3/3 Ready in podunit status", SOON, || {
+        let text = m.sh_ok("podunit status --workloads");
+        let row = text
+            .lines()
+            .find(|l| l.contains("statefulset.apps/web"))
+            .map(|l| l.split_whitespace().nth(2).map(str::to_string));
+        (row == Some(Some("3/3".into()))).then_some(())
+    });
+    let json: serde_json::Value =
+        serde_json::from_str(&m.sh_ok("podunit status --workloads -o json")).unwrap();
+    assert!(
+        json.as_array()
+            .unwrap()
+            .iter()
+            .any(|w| w["kind"] == "StatefulSet"
+                && w["name"] == "web"
+                && w["columns"]["READY"] == "3/3"),
+        "{json}"
+    );
+    m.wait_for("the walkthrough's pod to read the volume", SOON, || {
+        m.read_string("/var/lib/task-pv-seen")
+            .filter(|s| s.contains("Hello from Kubernetes storage"))
+    });
+    m.wait_for("the writer's first run", SOON, || {
+        (claim_file(&m, "data", "runs").lines().count() == 1).then_some(())
+    });
+    m.wait_for("the binder's files on its three volumes", SOON, || {
+        ["/mnt/near/x", "/mnt/reserved/x", "/mnt/named/x"]
+            .iter()
+            .all(|f| m.read(f).is_some())
+            .then_some(())
+    });
+    let volumes = m.sh_ok("podunit volume ls");
+    let bound = |claim: &str| -> Vec<String> {
+        support::status::status_row(&volumes, claim)[2..5].to_vec()
+    };
+    assert_eq!(
+        bound("data"),
+        ["Bound", "<provisioned>", "1Gi"],
+        "{volumes}"
+    );
+    assert_eq!(bound("task-pv-claim"), ["Bound", "task-pv-volume", "10Gi"]);
+    assert_eq!(bound("www-web-0"), ["Bound", "<provisioned>", "1Gi"]);
+    assert_eq!(bound("by-label"), ["Bound", "near", "1Gi"]);
+    assert_eq!(bound("by-ref"), ["Bound", "reserved", "1Gi"]);
+    assert_eq!(bound("by-name"), ["Bound", "named", "1Gi"]);
+
+    // A pod stopped (as a node loses one) is started again by its controller, on its data.
+    m.sh_ok(&format!("systemctl stop {}", pod_unit(NS, "web-1")));
+    m.wait_for("web-1 back on its claim", SOON, || {
+        (claim_file(&m, "www-web-1", "boots").lines().count() == 2).then_some(())
+    });
+    assert_eq!(claim_file(&m, "www-web-1", "id").trim(), "web-1");
+
+    // Scaled down: web-2 stops, its claim's data stays; the writer's document goes, its
+    // claim's stays.
+    m.write("/etc/pods.d/web.yaml", web_set(2).as_bytes());
+    m.write("/etc/pods.d/data.yaml", DATA_CLAIM.as_bytes());
+    m.daemon_reload();
+    // Their containers gone too, before the reboot below: the unit of a removed pod has no
+    // file left, so a shutdown would give it systemd's default stop timeout.
+    for unit in [ctr_unit(NS, "web-2", "web"), ctr_unit(NS, "writer", "c")] {
+        support::pods::wait_state(&m, &unit, &["inactive", "failed"]);
+    }
+    assert_eq!(claim_file(&m, "www-web-2", "id").trim(), "web-2");
+    let volumes = m.sh_ok("podunit volume ls");
+    assert_eq!(
+        support::status::status_row(&volumes, "www-web-2")[2],
+        "Released",
+        "{volumes}"
+    );
+
+    // A reboot: the set comes back in order, each pod on its own data; the writer's claim
+    // comes back with its pod.
+    m.write(
+        "/etc/pods.d/data.yaml",
+        format!("{DATA_CLAIM}---\n{DATA_POD}").as_bytes(),
+    );
+    m.sh_ok("rm /var/lib/ststest/starts");
+    m.reboot();
+    start_sync(&m);
+    let starts = m.wait_for("the set back after the reboot", SOON, || {
+        let s = set_starts(&m);
+        (s.len() >= 2).then_some(s)
+    });
+    let order: Vec<&str> = starts.iter().map(|(p, _)| p.as_str()).collect();
+    assert_eq!(order, ["web-0", "web-1"], "{starts:?}");
+    assert!(starts[1].1 >= starts[0].1 + 3.0, "{starts:?}");
+    for i in 0..2 {
+        assert_eq!(
+            claim_file(&m, &format!("www-web-{i}"), "id").trim(),
+            format!("web-{i}")
+        );
+    }
+    m.wait_for("the writer's second run on the same claim", SOON, || {
+        (claim_file(&m, "data", "runs").lines().count() == 2).then_some(())
+    });
+
+    // The claim's document gone too: Released, then deleted by hand only.
+    m.sh_ok("rm /etc/pods.d/data.yaml");
+    m.daemon_reload();
+    support::pods::wait_state(&m, &ctr_unit(NS, "writer", "c"), &["inactive", "failed"]);
+    let volumes = m.sh_ok("podunit volume ls");
+    assert_eq!(
+        support::status::status_row(&volumes, "data")[2],
+        "Released",
+        "{volumes}"
+    );
+    let refused = m.sh("podunit volume rm default/www-web-0");
+    assert!(!refused.status.success(), "a claimed volume is not deleted");
+    m.sh_ok("podunit volume rm default/data");
+    assert!(
+        m.read("/var/lib/podunit/volumes/default/data/runs")
+            .is_none()
+    );
+    assert!(!m.sh_ok("podunit volume ls").contains(" data "));
 }

@@ -188,6 +188,8 @@ mod tests {
             source_path: None,
             hash: String::new(),
             job: None,
+            ordered: None,
+            workload: None,
         }
     }
 

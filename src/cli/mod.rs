@@ -17,6 +17,7 @@ pub mod prepare;
 pub mod probe;
 pub mod status;
 pub mod sync;
+pub mod volume;
 pub mod workloads;
 
 /// Exit code for usage errors, as `podunit check` documents.
@@ -54,6 +55,8 @@ pub enum Command {
     Status(status::Args),
     /// Pull, list, inspect and remove images in the local store.
     Image(image::Args),
+    /// List the node's PersistentVolumeClaims; delete a released claim's data.
+    Volume(volume::Args),
     /// Show a pod's logs from the journal.
     Logs(logs::Args),
     /// Run a command inside a running container, as `kubectl exec` does.
@@ -148,6 +151,7 @@ pub fn main() -> ExitCode {
         Command::ExecStage(a) => exec::stage(a),
         Command::PortForwardDialer => crate::kubelet::netns_dial::run_dialer(),
         Command::Image(a) => image::run(a),
+        Command::Volume(a) => volume::run(a),
         Command::Completions(a) => completions::run(a),
     }
 }

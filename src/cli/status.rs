@@ -29,6 +29,10 @@ pub struct Args {
     /// Log lines shown per container with POD.
     #[arg(long, default_value_t = 10)]
     pub tail: usize,
+    /// The workloads only (Deployments, ReplicaSets, StatefulSets, DaemonSets, Jobs, CronJobs),
+    /// as `kubectl get` lists them; with `-o json`, one object per workload.
+    #[arg(long, conflicts_with = "pod")]
+    pub workloads: bool,
 }
 
 /// Everything `podunit status` shows besides the pods with units: the generator's report, the
@@ -278,20 +282,68 @@ pub fn pod_header(p: &PodStatus, source_path: Option<&str>, now: u64) -> String 
         }
 }
 
-/// The Jobs' and CronJobs' tables, if any; their record unread is a note.
-fn jobs_text(
+/// The workloads of the pods with units, as kubectl lists them: the controllers' from their
+/// pods' statuses, the Jobs' and CronJobs' from podunit-sync's record (unread: a note).
+fn workloads_of(
+    paths: &Paths,
+    pods: &[(GeneratedPod, bool)],
+    statuses: &[PodStatus],
+    now_us: u64,
+    notes: &mut Vec<String>,
+) -> Vec<super::workloads::Workload> {
+    let mut created: std::collections::HashMap<&str, Option<u64>> = Default::default();
+    let members: Vec<super::workloads::Member> = pods
+        .iter()
+        .filter_map(|(p, _)| {
+            let workload = p.workload.clone()?;
+            let st = statuses
+                .iter()
+                .find(|s| s.namespace == p.key.namespace && s.name == p.key.name)?;
+            let source = p.source_path.as_deref().unwrap_or_default();
+            let created = *created.entry(source).or_insert_with(|| {
+                let modified = std::fs::metadata(paths.host(source))
+                    .ok()?
+                    .modified()
+                    .ok()?;
+                Some(
+                    modified
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .ok()?
+                        .as_secs(),
+                )
+            });
+            let ready = st
+                .conditions
+                .iter()
+                .any(|c| c.kind == "Ready" && c.status == "True");
+            Some(super::workloads::Member {
+                namespace: p.key.namespace.clone(),
+                workload,
+                current: st.pod_unit_state.starts_with("active"),
+                ready,
+                created,
+            })
+        })
+        .collect();
+    let mut all = super::workloads::controller_rows(&members, now_us / 1_000_000);
+    all.extend(jobs_of(paths, pods, now_us, notes));
+    all
+}
+
+/// The Jobs' and CronJobs' rows, if any; their record unread is a note.
+fn jobs_of(
     paths: &Paths,
     pods: &[(GeneratedPod, bool)],
     now_us: u64,
     notes: &mut Vec<String>,
-) -> String {
+) -> Vec<super::workloads::Workload> {
     let rendered: Vec<GeneratedPod> = pods
         .iter()
         .filter(|(p, _)| p.job.is_some())
         .map(|(p, _)| p.clone())
         .collect();
     if rendered.is_empty() {
-        return String::new();
+        return Vec::new();
     }
     let file = paths.host(crate::localsync::statefile::STATE_FILE);
     let state = match crate::localsync::statefile::load(&file) {
@@ -303,8 +355,7 @@ fn jobs_text(
             Default::default()
         }
     };
-    let all = super::workloads::workloads(&rendered, &state, now_us / 1_000_000);
-    super::workloads::tables(&all)
+    super::workloads::workloads(&rendered, &state, now_us / 1_000_000)
 }
 
 pub fn run(args: Args) -> ExitCode {
@@ -333,6 +384,26 @@ fn run_inner(args: &Args) -> Result<(), String> {
             statuses.extend(others);
             statuses.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
             let unreadable = known.unreadable.iter().map(|u| format!("warning: {u}"));
+            let mut notes = Vec::new();
+            let workloads = workloads_of(&paths, &pods, &statuses, now, &mut notes);
+            if args.workloads {
+                match args.output {
+                    Format::Json => outln!(
+                        "{}",
+                        serde_json::to_string_pretty(&workloads).expect("serializable")
+                    ),
+                    Format::Text | Format::Wide if workloads.is_empty() => {
+                        errln!("No workloads found.")
+                    }
+                    Format::Text | Format::Wide => {
+                        out!("{}", super::workloads::tables(&workloads))
+                    }
+                }
+                for n in notes.into_iter().chain(unreadable) {
+                    errln!("{n}");
+                }
+                return Ok(());
+            }
             match args.output {
                 Format::Json => {
                     outln!(
@@ -351,7 +422,10 @@ fn run_inner(args: &Args) -> Result<(), String> {
                         &statuses,
                         known.report.as_ref(),
                         Some(&known.sync_status),
-                    );
+                    )
+                    .into_iter()
+                    .chain(notes)
+                    .collect::<Vec<_>>();
                     notes.extend(unreadable);
                     if statuses.is_empty() {
                         errln!("No pods found.");
@@ -364,10 +438,9 @@ fn run_inner(args: &Args) -> Result<(), String> {
                         };
                         out!("{}", pods_table(&statuses, now, wide, &node_ip));
                     }
-                    let jobs = jobs_text(&paths, &pods, now, &mut notes);
-                    if !jobs.is_empty() {
+                    if !workloads.is_empty() {
                         outln!();
-                        out!("{jobs}");
+                        out!("{}", super::workloads::tables(&workloads));
                     }
                     if !notes.is_empty() {
                         if !statuses.is_empty() {
@@ -455,6 +528,8 @@ mod tests {
                     source_path: None,
                     hash: String::new(),
                     job: None,
+                    ordered: None,
+                    workload: None,
                 },
                 false,
             )

@@ -1,5 +1,6 @@
-//! The Jobs and CronJobs of `podunit status`, as `kubectl get jobs` and `kubectl get cronjobs`
-//! show them, from the terms their pods' units carry and podunit-sync's record of them.
+//! The workloads of `podunit status`, as `kubectl get` shows them: Deployments, ReplicaSets,
+//! StatefulSets and DaemonSets from their pods' states, Jobs and CronJobs from the terms their
+//! pods' units carry and podunit-sync's record of them.
 
 use crate::common::timefmt::human_duration;
 use crate::generate::output::GeneratedPod;
@@ -29,6 +30,121 @@ const CRON_COLUMNS: [&str; 6] = [
     "LAST SCHEDULE",
     "AGE",
 ];
+
+const DEPLOYMENT_COLUMNS: [&str; 4] = ["READY", "UP-TO-DATE", "AVAILABLE", "AGE"];
+const REPLICA_SET_COLUMNS: [&str; 4] = ["DESIRED", "CURRENT", "READY", "AGE"];
+const STATEFUL_SET_COLUMNS: [&str; 2] = ["READY", "AGE"];
+const DAEMON_SET_COLUMNS: [&str; 6] = [
+    "DESIRED",
+    "CURRENT",
+    "READY",
+    "UP-TO-DATE",
+    "AVAILABLE",
+    "AGE",
+];
+
+/// One pod of a Deployment, ReplicaSet, StatefulSet or DaemonSet, as its status shows it.
+pub struct Member {
+    pub namespace: String,
+    /// (kind, name) of its workload.
+    pub workload: (String, String),
+    /// Its pod unit is up (kubectl's CURRENT: the pod exists).
+    pub current: bool,
+    pub ready: bool,
+    /// When its manifest was written (unix seconds): the workload's age.
+    pub created: Option<u64>,
+}
+
+/// The controllers' rows, from their pods: every rendered pod is desired and up to date (a
+/// changed template replaces them all), a Ready one is available (`minReadySeconds` is not
+/// kept). `now` in unix seconds.
+pub fn controller_rows(members: &[Member], now: u64) -> Vec<Workload> {
+    #[derive(Default)]
+    struct Count {
+        desired: usize,
+        current: usize,
+        ready: usize,
+        created: Option<u64>,
+    }
+    let mut by: BTreeMap<(String, String, String), Count> = BTreeMap::new();
+    for m in members {
+        let c = by
+            .entry((
+                m.workload.0.clone(),
+                m.namespace.clone(),
+                m.workload.1.clone(),
+            ))
+            .or_default();
+        c.desired += 1;
+        c.current += usize::from(m.current);
+        c.ready += usize::from(m.ready);
+        c.created = match (c.created, m.created) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+    }
+    by.into_iter()
+        .filter_map(|((kind, namespace, name), c)| {
+            let age = c.created.map_or("<unknown>".into(), |t| {
+                human_duration(now as i64 - t as i64)
+            });
+            let (kind, columns): (&'static str, Vec<(&'static str, String)>) = match kind.as_str() {
+                "Deployment" => (
+                    "Deployment",
+                    DEPLOYMENT_COLUMNS
+                        .into_iter()
+                        .zip([
+                            format!("{}/{}", c.ready, c.desired),
+                            c.desired.to_string(),
+                            c.ready.to_string(),
+                            age,
+                        ])
+                        .collect(),
+                ),
+                "ReplicaSet" => (
+                    "ReplicaSet",
+                    REPLICA_SET_COLUMNS
+                        .into_iter()
+                        .zip([
+                            c.desired.to_string(),
+                            c.current.to_string(),
+                            c.ready.to_string(),
+                            age,
+                        ])
+                        .collect(),
+                ),
+                "StatefulSet" => (
+                    "StatefulSet",
+                    STATEFUL_SET_COLUMNS
+                        .into_iter()
+                        .zip([format!("{}/{}", c.ready, c.desired), age])
+                        .collect(),
+                ),
+                "DaemonSet" => (
+                    "DaemonSet",
+                    DAEMON_SET_COLUMNS
+                        .into_iter()
+                        .zip([
+                            c.desired.to_string(),
+                            c.current.to_string(),
+                            c.ready.to_string(),
+                            c.desired.to_string(),
+                            c.ready.to_string(),
+                            age,
+                        ])
+                        .collect(),
+                ),
+                _ => return None,
+            };
+            Some(Workload {
+                kind,
+                namespace,
+                name,
+                columns: columns.into_iter().collect(),
+            })
+        })
+        .collect()
+}
 
 /// The Jobs, then the CronJobs, of the rendered pods; `now` in unix seconds.
 pub fn workloads(pods: &[GeneratedPod], state: &State, now: u64) -> Vec<Workload> {
@@ -125,12 +241,18 @@ fn cron_row(
     }
 }
 
-/// The tables, one per kind, as kubectl prints them (`job/NAME` with the namespace first).
+/// The tables, one per kind, as kubectl prints them (`job.batch/NAME` with the namespace
+/// first).
 pub fn tables(workloads: &[Workload]) -> String {
     let mut out = String::new();
+    // `kubectl get all`'s order.
     for (kind, word, columns) in [
-        ("Job", "job", &JOB_COLUMNS[..]),
-        ("CronJob", "cronjob", &CRON_COLUMNS[..]),
+        ("DaemonSet", "daemonset.apps", &DAEMON_SET_COLUMNS[..]),
+        ("Deployment", "deployment.apps", &DEPLOYMENT_COLUMNS[..]),
+        ("ReplicaSet", "replicaset.apps", &REPLICA_SET_COLUMNS[..]),
+        ("StatefulSet", "statefulset.apps", &STATEFUL_SET_COLUMNS[..]),
+        ("Job", "job.batch", &JOB_COLUMNS[..]),
+        ("CronJob", "cronjob.batch", &CRON_COLUMNS[..]),
     ] {
         let of_kind: Vec<&Workload> = workloads.iter().filter(|w| w.kind == kind).collect();
         if of_kind.is_empty() {
@@ -144,7 +266,7 @@ pub fn tables(workloads: &[Workload]) -> String {
                 .collect::<Vec<_>>(),
         ];
         for w in of_kind {
-            let mut row = vec![w.namespace.clone(), format!("{word}.batch/{}", w.name)];
+            let mut row = vec![w.namespace.clone(), format!("{word}/{}", w.name)];
             row.extend(columns.iter().map(|c| w.columns[c].clone()));
             rows.push(row);
         }
@@ -173,6 +295,8 @@ mod tests {
             source_path: None,
             hash: String::new(),
             job: Some(terms),
+            ordered: None,
+            workload: None,
         }
     }
 
@@ -191,6 +315,36 @@ mod tests {
             on_failure: false,
             cron,
         }
+    }
+
+    #[test]
+    fn controllers_as_kubectl_lists_them() {
+        let member = |kind: &str, name: &str, current: bool, ready: bool| Member {
+            namespace: "default".into(),
+            workload: (kind.into(), name.into()),
+            current,
+            ready,
+            created: Some(1000),
+        };
+        let members = [
+            member("Deployment", "web", true, true),
+            member("Deployment", "web", true, false),
+            member("StatefulSet", "db", true, true),
+            member("StatefulSet", "db", false, false),
+            member("DaemonSet", "agent", true, true),
+        ];
+        let text = tables(&controller_rows(&members, 1090));
+        assert_eq!(
+            text,
+            "NAMESPACE   NAME                   DESIRED   CURRENT   READY   UP-TO-DATE   AVAILABLE   AGE\n\
+             default     daemonset.apps/agent   1         1         1       1            1           90s\n\
+             \n\
+             NAMESPACE   NAME                  READY   UP-TO-DATE   AVAILABLE   AGE\n\
+             default     deployment.apps/web   1/2     2            1           90s\n\
+             \n\
+             NAMESPACE   NAME                  READY   AGE\n\
+             default     statefulset.apps/db   1/2     90s\n"
+        );
     }
 
     #[test]

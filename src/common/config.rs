@@ -56,6 +56,13 @@ pub struct Config {
     pub registries: crate::common::registries::Registries,
     /// The kubelet API (logs, stats) that the API server proxies to: cluster mode only.
     pub kubelet_server: KubeletServer,
+    /// Storage classes whose PersistentVolumeClaims podunit provisions, by name: the directory
+    /// each claim's directory is made in (docs/workloads.md). Unset: `local-path`, in
+    /// /var/lib/podunit/volumes.
+    pub storage_classes: Option<std::collections::BTreeMap<String, PathBuf>>,
+    /// The class a claim without `storageClassName` gets; default `local-path` when that class
+    /// is one of `storageClasses`.
+    pub default_storage_class: Option<String>,
 }
 
 impl Default for Config {
@@ -77,11 +84,35 @@ impl Default for Config {
             restart_backoff_steps: Default::default(),
             registries: Default::default(),
             kubelet_server: Default::default(),
+            storage_classes: None,
+            default_storage_class: None,
         }
     }
 }
 
 impl Config {
+    /// The node's storage classes, as claims are provisioned by them.
+    pub fn storage_classes(&self) -> crate::common::storage_classes::StorageClasses {
+        use crate::common::storage_classes::{DEFAULT_CLASS, StorageClasses};
+        let Some(classes) = &self.storage_classes else {
+            let mut c = StorageClasses::default();
+            if let Some(d) = &self.default_storage_class {
+                c.default = Some(d.clone());
+            }
+            return c;
+        };
+        let classes: std::collections::BTreeMap<String, String> = classes
+            .iter()
+            .map(|(k, v)| (k.clone(), v.display().to_string()))
+            .collect();
+        let default = self.default_storage_class.clone().or_else(|| {
+            classes
+                .contains_key(DEFAULT_CLASS)
+                .then(|| DEFAULT_CLASS.to_string())
+        });
+        StorageClasses { classes, default }
+    }
+
     pub fn cluster_domain(&self) -> &str {
         &self.cluster_domain
     }

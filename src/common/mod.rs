@@ -12,5 +12,6 @@ pub mod policy;
 pub mod pull_limits;
 pub mod quantity;
 pub mod registries;
+pub mod storage_classes;
 pub mod text;
 pub mod timefmt;

@@ -132,6 +132,8 @@ mod tests {
             source_path: None,
             hash: String::new(),
             job: None,
+            ordered: None,
+            workload: None,
         };
         let pods = [pod];
         let p = find_pod(&pods, "default", "web").unwrap();

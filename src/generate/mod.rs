@@ -56,8 +56,10 @@ pub fn generate_with_policy(
     // Pods are independent (but for host ports): validated and translated in parallel,
     // gathered in catalog order.
     let clashes = port_clashes(catalog);
+    let bindings = bind_claims(catalog, node);
     let results = crate::common::parallel::map(&catalog.pods, |entry| {
-        generate_pod(entry, node, images, policy, clashes.get(&clash_key(entry)))
+        let clash = clashes.get(&clash_key(entry));
+        generate_pod(entry, node, images, policy, clash, &bindings)
     });
     for (problems, units) in results {
         g.problems.extend(problems);
@@ -96,9 +98,10 @@ pub fn generate_into(
         failed: Vec::new(),
     };
     let clashes = port_clashes(catalog);
+    let bindings = bind_claims(catalog, node);
     let results = crate::common::parallel::map(&catalog.pods, |entry| {
         let clash = clashes.get(&clash_key(entry));
-        let (problems, units) = generate_pod(entry, node, images, policy, clash);
+        let (problems, units) = generate_pod(entry, node, images, policy, clash, &bindings);
         (problems, units.and_then(|pod| write_reported(dir, &pod)))
     });
     for (problems, failed) in results {
@@ -107,6 +110,57 @@ pub fn generate_into(
     }
     sort_problems(&mut w.problems);
     w
+}
+
+/// The pod as the local policy judges it: a claim bound to a PersistentVolume mounts the
+/// volume's host path, held to `policy.hostPaths` as a hostPath volume is (a provisioned claim's
+/// directory is podunit's own).
+fn policy_view(
+    entry: &crate::manifest::PodEntry,
+) -> std::borrow::Cow<'_, k8s_openapi::api::core::v1::Pod> {
+    use k8s_openapi::api::core::v1::HostPathVolumeSource;
+    let on_volume = |name: &str| match entry.claims.get(name) {
+        Some(Ok(b)) if b.volume.is_some() => Some(b),
+        _ => None,
+    };
+    let uses_volume = entry
+        .pod
+        .spec
+        .iter()
+        .flat_map(|s| s.volumes.iter().flatten())
+        .any(|v| {
+            v.persistent_volume_claim
+                .as_ref()
+                .is_some_and(|c| on_volume(&c.claim_name).is_some())
+        });
+    if !uses_volume {
+        return std::borrow::Cow::Borrowed(&entry.pod);
+    }
+    let mut pod = entry.pod.clone();
+    for v in pod
+        .spec
+        .iter_mut()
+        .flat_map(|s| s.volumes.iter_mut().flatten())
+    {
+        let Some(b) = v
+            .persistent_volume_claim
+            .as_ref()
+            .and_then(|c| on_volume(&c.claim_name))
+        else {
+            continue;
+        };
+        v.host_path = Some(HostPathVolumeSource {
+            path: b.path.clone(),
+            type_: Some(b.host_type.clone()).filter(|t| !t.is_empty()),
+        });
+        v.persistent_volume_claim = None;
+    }
+    std::borrow::Cow::Owned(pod)
+}
+
+/// The manifests' claims, bound for this node.
+fn bind_claims(catalog: &Catalog, node: &NodeFacts) -> crate::workload::claims::Bindings {
+    catalog.bind_claims(&node.storage_classes, &node.node_name, &node.labels)
 }
 
 type ClashKey = (std::path::PathBuf, String);
@@ -143,12 +197,26 @@ fn generate_pod(
     images: &dyn ImageResolver,
     policy: Option<&LocalPolicy>,
     clash: Option<&Clash>,
+    bindings: &crate::workload::claims::Bindings,
 ) -> (Vec<Problem>, Option<PodUnits>) {
+    // A pod with claims is translated with them bound (a copy: the catalog stays as read).
+    let with_claims;
+    let entry = match entry.bound_claims(bindings) {
+        Some(claims) => {
+            with_claims = crate::manifest::PodEntry {
+                claims,
+                ..entry.clone()
+            };
+            &with_claims
+        }
+        None => entry,
+    };
     if let Some(p) = policy
         && entry.source.is_static()
-        && let Err(v) = crate::common::policy::check_resolved(&entry.pod, &p.policy, &|path| {
-            host_realpath(&p.paths, path)
-        })
+        && let Err(v) =
+            crate::common::policy::check_resolved(&policy_view(entry), &p.policy, &|path| {
+                host_realpath(&p.paths, path)
+            })
     {
         return (
             vec![
@@ -445,6 +513,7 @@ pub fn node_setup_with_policy(
     node.restart_steps = config.restart_backoff_steps;
     node.podunit_bin = podunit_bin(paths);
     node.service_env = config.kubeconfig.is_some();
+    node.storage_classes = config.storage_classes();
     node.labels =
         crate::manifest::admission::host_node_labels(&node.node_name, &config.node_labels);
     let images = FsImages {

@@ -82,6 +82,11 @@ pub struct GeneratedPod {
     pub hash: String,
     /// A Job's pod (`X-PodunitJob=`): the Job controller starts it, not the reconcile.
     pub job: Option<crate::workload::job::JobTerms>,
+    /// A pod of an OrderedReady StatefulSet (`X-PodunitOrderedReady=`): started by its
+    /// controller in order, not by the reconcile.
+    pub ordered: Option<crate::workload::stateful_set::Ordinal>,
+    /// The workload of a local pod (`X-PodunitWorkload=`): (kind, name), in its namespace.
+    pub workload: Option<(String, String)>,
 }
 
 impl GeneratedPod {
@@ -343,6 +348,8 @@ fn build_pod(acc: PodAcc) -> GeneratedPod {
     let mut uid = None;
     let mut source_path = None;
     let mut job = None;
+    let mut ordered = None;
+    let mut workload = None;
     struct C {
         name: String,
         unit: String,
@@ -371,6 +378,13 @@ fn build_pod(acc: PodAcc) -> GeneratedPod {
                 job = uf
                     .get("Unit", "X-PodunitJob")
                     .and_then(crate::workload::job::JobTerms::from_line);
+                ordered = uf
+                    .get("Unit", "X-PodunitOrderedReady")
+                    .and_then(crate::workload::stateful_set::Ordinal::from_line);
+                workload = uf
+                    .get("Unit", "X-PodunitWorkload")
+                    .and_then(|w| w.split_once('/'))
+                    .map(|(k, n)| (k.to_string(), n.to_string()));
                 pod_unit = Some(f.rel.clone());
             }
         }
@@ -456,6 +470,8 @@ fn build_pod(acc: PodAcc) -> GeneratedPod {
         source_path,
         hash,
         job,
+        ordered,
+        workload,
     }
 }
 

@@ -641,6 +641,8 @@ mod tests {
                     source_path: None,
                     hash: String::new(),
                     job: None,
+                    ordered: None,
+                    workload: None,
                 },
                 started: 0,
                 usage: u,

@@ -531,6 +531,8 @@ mod tests {
             source_path: None,
             hash: String::new(),
             job: None,
+            ordered: None,
+            workload: None,
         };
         for (unit, source) in [
             ("local", "/etc/pods.d/p.yaml".to_string()),

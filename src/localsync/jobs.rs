@@ -84,10 +84,15 @@ impl Syncer {
     /// [`Syncer::run_jobs`] over the pods the generator rendered, already read.
     pub(super) fn run_jobs_of(&mut self, desired: &[GeneratedPod]) -> Result<(), Error> {
         self.jobs_at = None;
+        // The StatefulSets' controller too: it polls as a running Job does.
+        let sets_coming_up = self.run_ordered_of(desired)?;
         let jobs = rendered(desired);
         self.sync_timers()?;
         let mut state = statefile::load(&self.opts.state_file)?;
         if jobs.is_empty() && state.jobs.is_empty() && state.cron_jobs.is_empty() {
+            if sets_coming_up {
+                self.jobs_at = Some(Instant::now() + POLL);
+            }
             return Ok(());
         }
         let now = now_s();
@@ -175,7 +180,7 @@ impl Syncer {
         state.cron_jobs = next_crons;
         statefile::save(&self.opts.state_file, &state)?;
         let mut at = wake.map(|w| Instant::now() + Duration::from_secs(w.saturating_sub(now)));
-        if running {
+        if running || sets_coming_up {
             let poll = Instant::now() + POLL;
             at = Some(at.map_or(poll, |a| a.min(poll)));
         }
@@ -293,21 +298,8 @@ impl Syncer {
     /// for the attempt started at `started` (unix seconds): until then what the units show is
     /// the previous attempt's, or the previous run's.
     fn seen(&self, pod: &GeneratedPod, started: Option<&u64>) -> Result<Seen, Error> {
-        let mut units: HashMap<String, UnitState> = HashMap::new();
-        for u in pod
-            .pod_unit
-            .iter()
-            .chain(pod.containers.iter().map(|c| &c.unit))
-        {
-            units.insert(u.clone(), self.client.unit_state(u)?);
-        }
+        let (units, up) = self.unit_states(pod)?;
         let pod_unit = pod.pod_unit.as_ref().and_then(|u| units.get(u));
-        let up = pod_unit.is_some_and(|u| {
-            matches!(
-                u.active_state.as_str(),
-                "active" | "activating" | "reloading"
-            )
-        });
         if !up {
             return Ok(Seen {
                 state: PodState::Inactive,
@@ -328,6 +320,32 @@ impl Syncer {
             },
         };
         Ok(Seen { state, up })
+    }
+
+    /// The states of a pod's units, and whether its pod unit is up.
+    pub(super) fn unit_states(
+        &self,
+        pod: &GeneratedPod,
+    ) -> Result<(HashMap<String, UnitState>, bool), Error> {
+        let mut units: HashMap<String, UnitState> = HashMap::new();
+        for u in pod
+            .pod_unit
+            .iter()
+            .chain(pod.containers.iter().map(|c| &c.unit))
+        {
+            units.insert(u.clone(), self.client.unit_state(u)?);
+        }
+        let up = pod
+            .pod_unit
+            .as_ref()
+            .and_then(|u| units.get(u))
+            .is_some_and(|u| {
+                matches!(
+                    u.active_state.as_str(),
+                    "active" | "activating" | "reloading"
+                )
+            });
+        Ok((units, up))
     }
 
     /// Runs a Job's pod: a first start, or a new attempt (after a failure, or a CronJob's next

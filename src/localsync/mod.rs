@@ -7,6 +7,7 @@
 pub mod heap;
 pub mod images;
 pub mod jobs;
+mod ordered;
 pub mod reconcile;
 pub mod statefile;
 pub mod watch;

@@ -136,8 +136,9 @@ pub fn plan(
         let previous = recorded.pods.get(&pod.key.to_string());
         let changed = previous.is_some_and(|r| r.hash != pod.hash);
         let key = pod.key.clone();
-        if pod.job.is_some() {
-            // A Job's pods are its controller's to start (`localsync/jobs.rs`).
+        if pod.job.is_some() || (pod.ordered.is_some() && !running) {
+            // A Job's pods are its controller's to start (`localsync/jobs.rs`), and so are an
+            // OrderedReady StatefulSet's (`localsync/ordered.rs`).
         } else if running && changed && same_boot {
             actions.push(Action::Restart { pod: key, unit });
         } else if !running {
@@ -264,6 +265,8 @@ mod tests {
             source_path: None,
             hash: hash.into(),
             job: None,
+            ordered: None,
+            workload: None,
         }
     }
 

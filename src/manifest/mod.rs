@@ -16,7 +16,7 @@ pub(crate) mod unknown;
 
 use crate::common::diag::Problem;
 use crate::common::paths::{Paths, Source};
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolume, PersistentVolumeClaim, Pod, Secret};
 use parse::UnknownFields;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
@@ -31,6 +31,9 @@ pub enum Object {
     JobPod(Box<Pod>, Box<crate::workload::job::JobTerms>),
     ConfigMap(Box<ConfigMap>),
     Secret(Box<Secret>),
+    Claim(Box<PersistentVolumeClaim>),
+    /// Cluster-scoped: by name alone.
+    Volume(Box<PersistentVolume>),
 }
 
 /// A pod and where it came from. `pod.metadata.namespace` and `.uid` are always set.
@@ -41,7 +44,12 @@ pub struct PodEntry {
     pub source: Source,
     /// A Job's pod: started by the Job controller, not with the node.
     pub job: Option<Box<crate::workload::job::JobTerms>>,
+    /// The claims its `persistentVolumeClaim` volumes name, bound (see [`Catalog::bind_claims`]).
+    pub claims: Claims,
 }
+
+/// A pod's claims by name: where each is bound, or why it is not.
+pub type Claims = BTreeMap<String, Result<crate::workload::claims::Bound, String>>;
 
 impl PodEntry {
     pub fn namespace(&self) -> &str {
@@ -54,6 +62,25 @@ impl PodEntry {
 
     pub fn uid(&self) -> &str {
         self.pod.metadata.uid.as_deref().unwrap_or("")
+    }
+
+    /// A local pod of an `OrderedReady` StatefulSet: which, and its ordinal (podunit-sync starts
+    /// it once the pods before it are Ready).
+    pub fn ordered(&self) -> Option<crate::workload::stateful_set::Ordinal> {
+        use crate::workload::stateful_set::{ORDERED_READY_ANNOTATION, Ordinal};
+        if !self.source.is_static()
+            || crate::workload::replicas::controller_of(&self.pod).map(|c| c.0)
+                != Some("StatefulSet")
+        {
+            return None;
+        }
+        let line = self
+            .pod
+            .metadata
+            .annotations
+            .as_ref()?
+            .get(ORDERED_READY_ANNOTATION)?;
+        Ordinal::from_line(line)
     }
 
     /// `namespace/name`, as problems name a pod.
@@ -69,6 +96,9 @@ pub struct Catalog {
     /// By (namespace, name); a pod may only use objects of its own namespace.
     pub config_maps: BTreeMap<(String, String), (ConfigMap, PathBuf)>,
     pub secrets: BTreeMap<(String, String), (Secret, PathBuf)>,
+    /// PersistentVolumeClaims by (namespace, name), PersistentVolumes by name.
+    pub claims: BTreeMap<(String, String), (PersistentVolumeClaim, PathBuf)>,
+    pub volumes: BTreeMap<String, (PersistentVolume, PathBuf)>,
     pub problems: Vec<Problem>,
 }
 
@@ -156,11 +186,12 @@ impl Catalog {
                 file: file.to_path_buf(),
                 source,
                 job,
+                claims: Claims::new(),
             });
         }
     }
 
-    /// Files a ConfigMap or a Secret.
+    /// Files a ConfigMap, a Secret, a claim or a volume.
     fn add_object(&mut self, file: &Path, o: Object) {
         match o {
             Object::Pod(_) | Object::JobPod(..) => {}
@@ -171,6 +202,14 @@ impl Catalog {
             Object::Secret(s) => {
                 let key = object_key(&s.metadata);
                 self.secrets.insert(key, (*s, file.to_path_buf()));
+            }
+            Object::Claim(c) => {
+                let key = object_key(&c.metadata);
+                self.claims.insert(key, (*c, file.to_path_buf()));
+            }
+            Object::Volume(v) => {
+                let key = v.metadata.name.clone().unwrap_or_default();
+                self.volumes.insert(key, (*v, file.to_path_buf()));
             }
         }
     }
@@ -269,4 +308,119 @@ pub fn static_uid(namespace: &str, name: &str, file: &Path) -> String {
     h.update([0]);
     h.update(file.as_os_str().as_encoded_bytes());
     crate::common::text::uid_from_digest(&h.finalize())
+}
+
+impl Catalog {
+    /// Every claim of the manifests bound as the PV controller binds it, to the
+    /// PersistentVolumes of the manifests that this node can mount (their node affinity
+    /// matches its labels), or provisioned by one of `classes`.
+    pub fn bind_claims(
+        &self,
+        classes: &crate::workload::claims::StorageClasses,
+        node_name: &str,
+        labels: &BTreeMap<String, String>,
+    ) -> crate::workload::claims::Bindings {
+        if self.claims.is_empty() {
+            return Default::default();
+        }
+        let claims = self
+            .claims
+            .iter()
+            .map(|(k, (c, _))| (k.clone(), c))
+            .collect();
+        let volumes = self
+            .volumes
+            .iter()
+            .filter(|(_, (v, _))| volume_selects_node(v, node_name, labels))
+            .map(|(k, (v, _))| (k.clone(), v))
+            .collect();
+        let mut bindings = crate::workload::claims::bind(&claims, &volumes, classes);
+        // A ReadWriteOncePod claim is the first pod's (in file order) that uses it.
+        for e in &self.pods {
+            let volumes = e.pod.spec.iter().flat_map(|s| s.volumes.iter().flatten());
+            for c in volumes.filter_map(|v| v.persistent_volume_claim.as_ref()) {
+                let key = (e.namespace().to_string(), c.claim_name.clone());
+                if let Some(Ok(b)) = bindings.get_mut(&key)
+                    && b.access_modes.iter().any(|m| m == "ReadWriteOncePod")
+                    && b.only_pod.is_none()
+                {
+                    b.only_pod = Some(e.key());
+                }
+            }
+        }
+        bindings
+    }
+}
+
+/// Whether a PersistentVolume's required node affinity matches this node (none: any node).
+fn volume_selects_node(
+    v: &PersistentVolume,
+    node_name: &str,
+    labels: &BTreeMap<String, String>,
+) -> bool {
+    use k8s_openapi::api::core::v1::{Affinity, NodeAffinity, PodSpec};
+    let Some(required) = v
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_affinity.as_ref())
+        .and_then(|a| a.required.clone())
+    else {
+        return true;
+    };
+    // The same matching as a pod's required node affinity: one rule for both.
+    let probe = Pod {
+        spec: Some(PodSpec {
+            affinity: Some(Affinity {
+                node_affinity: Some(NodeAffinity {
+                    required_during_scheduling_ignored_during_execution: Some(required),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    admission::check_node_affinity(&probe, node_name, labels).is_ok()
+}
+
+impl PodEntry {
+    /// The claims the pod's `persistentVolumeClaim` volumes name, from `bindings` (a claim of
+    /// the pod's namespace only); None when it has no such volume.
+    pub fn bound_claims(&self, bindings: &crate::workload::claims::Bindings) -> Option<Claims> {
+        let volumes = self.pod.spec.as_ref()?.volumes.as_deref()?;
+        let mut claims = Claims::new();
+        for v in volumes {
+            let Some(c) = &v.persistent_volume_claim else {
+                continue;
+            };
+            if !self.source.is_static() {
+                claims.insert(
+                    c.claim_name.clone(),
+                    Err(
+                        "is the cluster's: podunit mounts only the claims of its manifest \
+                         directories (/etc/pods.d, /run/pods.d) yet"
+                            .into(),
+                    ),
+                );
+                continue;
+            }
+            let key = (self.namespace().to_string(), c.claim_name.clone());
+            let Some(b) = bindings.get(&key) else {
+                continue;
+            };
+            let b = match b {
+                Ok(b) if b.only_pod.as_ref().is_some_and(|p| *p != self.key()) => Err(format!(
+                    "in use by pod {}, and its access mode is ReadWriteOncePod (node has pod \
+                     using PersistentVolumeClaim with the same name and ReadWriteOncePod access \
+                     mode)",
+                    b.only_pod.as_deref().unwrap_or_default()
+                )),
+                b => b.clone(),
+            };
+            claims.insert(c.claim_name.clone(), b);
+        }
+        let any = volumes.iter().any(|v| v.persistent_volume_claim.is_some());
+        any.then_some(claims)
+    }
 }

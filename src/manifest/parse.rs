@@ -4,9 +4,9 @@ use super::Object;
 use super::cache::Reader;
 use super::documents::{documents, one_line};
 use crate::common::diag::{FieldPath, Problem};
-use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet};
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolume, PersistentVolumeClaim, Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -166,6 +166,43 @@ fn parse_document(
                 );
             }
         }
+        ("apps/v1", "StatefulSet") => {
+            if let Some(sts) = typed::<StatefulSet>(file, doc, root, &who, unknown, problems) {
+                let found = crate::workload::stateful_set::stateful_set_objects(&sts);
+                let found = (
+                    found
+                        .0
+                        .into_iter()
+                        .map(|o| match o {
+                            crate::workload::stateful_set::Made::Pod(p) => Object::Pod(p),
+                            crate::workload::stateful_set::Made::Claim(c) => Object::Claim(c),
+                        })
+                        .collect(),
+                    found.1,
+                );
+                add_workload(file, root, &who, &sts.metadata, found, objects, problems);
+            }
+        }
+        ("v1", "PersistentVolumeClaim") => {
+            if let Some(c) =
+                typed::<PersistentVolumeClaim>(file, doc, root, &who, unknown, problems)
+            {
+                let found = crate::workload::claims::check_claim(&c);
+                let meta = c.metadata.clone();
+                let object = vec![Object::Claim(Box::new(c))];
+                add_workload(file, root, &who, &meta, (object, found), objects, problems);
+            }
+        }
+        ("v1", "PersistentVolume") => {
+            if let Some(v) = typed::<PersistentVolume>(file, doc, root, &who, unknown, problems) {
+                let found = crate::workload::claims::check_volume(&v);
+                let meta = v.metadata.clone();
+                let object = vec![Object::Volume(Box::new(v))];
+                // Cluster-scoped: named without a namespace.
+                let who = meta.name.clone();
+                add_workload(file, root, &who, &meta, (object, found), objects, problems);
+            }
+        }
         ("v1", "List") => {
             let items = map
                 .get("items")
@@ -205,8 +242,9 @@ fn parse_document(
                 Problem::error(
                     file,
                     format!(
-                        "{api}/{kind} is not supported here (only v1 Pod, ConfigMap and Secret, \
-                         apps/v1 Deployment, ReplicaSet and DaemonSet, batch/v1 Job and CronJob)"
+                        "{api}/{kind} is not supported here (only v1 Pod, ConfigMap, Secret, \
+                         PersistentVolumeClaim and PersistentVolume, apps/v1 Deployment, \
+                         ReplicaSet, StatefulSet and DaemonSet, batch/v1 Job and CronJob)"
                     ),
                 )
                 .at(root.field("kind").to_string())
@@ -425,7 +463,7 @@ mod tests {
                 "t.yaml: default/web: kind: warning: v1/ServiceAccount skipped: pods on a standalone node get no API credentials, so there is no account to run as",
                 "t.yaml: shop/web: document[1].kind: warning: v1/Service skipped: Services are served by kube-proxy and cluster DNS, which a standalone node does not run",
                 "t.yaml: default/web: document[3].kind: warning: networking.k8s.io/v1/Ingress skipped: Ingresses are served by an ingress controller, which a standalone node does not run",
-                "t.yaml: default/typo: document[4].kind: v1/Sevice is not supported here (only v1 Pod, ConfigMap and Secret, apps/v1 Deployment, ReplicaSet and DaemonSet, batch/v1 Job and CronJob)",
+                "t.yaml: default/typo: document[4].kind: v1/Sevice is not supported here (only v1 Pod, ConfigMap, Secret, PersistentVolumeClaim and PersistentVolume, apps/v1 Deployment, ReplicaSet, StatefulSet and DaemonSet, batch/v1 Job and CronJob)",
             ]
         );
     }

@@ -9,6 +9,7 @@ use crate::escape;
 use crate::manifest::Catalog;
 use crate::translate::plan::{EnvEntry, EnvFilePlan, FileSource, PodPlan, VolumeKind, VolumePlan};
 use crate::translate::service_env::{self, ServiceRef};
+use crate::workload::claims::PROVISIONED;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::fs;
@@ -399,6 +400,25 @@ fn mkdir(path: &Path, mode: u32) -> Result<(), PrepareError> {
     fs::set_permissions(path, fs::Permissions::from_mode(mode)).map_err(io_err(path))
 }
 
+/// A provisioned claim's directory, made on its first use and kept: world-writable as the
+/// kubelet makes an emptyDir (any container user may write to it), in parents only root can
+/// enter, so no user of the host reaches a pod's data.
+fn provision(dir: &Path) -> Result<(), PrepareError> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    if let Some(parent) = dir.parent()
+        && !parent.is_dir()
+    {
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(parent)
+            .map_err(io_err(parent))?;
+    }
+    mkdir(dir, 0o777)
+}
+
 fn prepare_volume(
     plan: &PodPlan,
     paths: &Paths,
@@ -423,6 +443,8 @@ fn prepare_volume(
             Ok(())
         }
         VolumeKind::HostPath { host_type } => check_host_path(&dir, &v.path, host_type),
+        VolumeKind::Claim { host_type, .. } if host_type == PROVISIONED => provision(&dir),
+        VolumeKind::Claim { host_type, .. } => check_host_path(&dir, &v.path, host_type),
         VolumeKind::Files { .. } => write_files(plan, paths, catalog, v).map(|_| ()),
     }
 }

@@ -207,6 +207,8 @@ mod tests {
             source_path: None,
             hash: String::new(),
             job: None,
+            ordered: None,
+            workload: None,
         };
         let api = serde_saphyr::from_str(&format!(
             "apiVersion: v1\nkind: Pod\nmetadata: {{name: web, namespace: ns}}\nspec:\n  restartPolicy: {policy}\n  initContainers: [{{name: side, image: host, restartPolicy: Always}}, {{name: init, image: host}}]\n  containers: [{{name: app, image: host}}]\n"

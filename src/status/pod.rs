@@ -232,6 +232,8 @@ pub fn orphan_pods(actual: &[ListedUnit], desired: &[GeneratedPod]) -> Vec<Gener
             source_path: None,
             hash: String::new(),
             job: None,
+            ordered: None,
+            workload: None,
         });
         match container {
             Some(name) => pod.containers.push(GeneratedContainer {
@@ -306,6 +308,8 @@ mod tests {
             source_path: Some("/etc/pods.d/web.yaml".into()),
             hash: "h".into(),
             job: None,
+            ordered: None,
+            workload: None,
         }
     }
 

@@ -233,7 +233,7 @@ fn one(
     {
         faults.push(f);
     }
-    volume_binds(svc, &cx, &mut faults);
+    volume_binds(svc, &cx);
     if image.stored.is_some() || cx.pod.plan.network.is_some() {
         name_files(svc, &cx);
     }
@@ -599,11 +599,7 @@ fn identity_and_sandbox(
 
 /// Volumes. A subPath is checked (no symlinks) and created at every start, before systemd binds
 /// it, as the kubelet does.
-fn volume_binds(
-    svc: &mut crate::translate::unit::Section,
-    cx: &ContainerCtx<'_>,
-    faults: &mut Vec<Fault>,
-) {
+fn volume_binds(svc: &mut crate::translate::unit::Section, cx: &ContainerCtx<'_>) {
     for (volume, sub) in volumes::sub_paths(cx.c, &cx.pod.plan.volumes) {
         svc.add(
             "ExecStartPre",
@@ -615,28 +611,23 @@ fn volume_binds(
             ]),
         );
     }
-    match volumes::binds(cx.c, &cx.pod.plan.volumes, cx.path) {
-        Ok(binds) => {
-            for b in binds {
-                let key = if b.read_only {
-                    "BindReadOnlyPaths"
-                } else {
-                    "BindPaths"
-                };
-                // systemd sets up the mount namespace for ExecStartPre= too, before the
-                // subPath exists: `-` lets it skip the missing source there; the container's
-                // own namespace is set up after ExecStartPre= made it.
-                svc.add(
-                    key,
-                    if b.sub_path {
-                        Value::OptionalBind(b.source, b.destination)
-                    } else {
-                        Value::Bind(b.source, b.destination)
-                    },
-                );
-            }
-        }
-        Err(f) => faults.push(f),
+    for b in volumes::binds(cx.c, &cx.pod.plan.volumes) {
+        let key = if b.read_only {
+            "BindReadOnlyPaths"
+        } else {
+            "BindPaths"
+        };
+        // systemd sets up the mount namespace for ExecStartPre= too, before the
+        // subPath exists: `-` lets it skip the missing source there; the container's
+        // own namespace is set up after ExecStartPre= made it.
+        svc.add(
+            key,
+            if b.sub_path {
+                Value::OptionalBind(b.source, b.destination)
+            } else {
+                Value::Bind(b.source, b.destination)
+            },
+        );
     }
 }
 

@@ -73,6 +73,8 @@ pub struct NodeFacts {
     pub labels: std::collections::BTreeMap<String, String>,
     /// Cluster mode: containers get the Services' environment at start ([`service_env`]).
     pub service_env: bool,
+    /// The storage classes claims are provisioned by (node config `storageClasses`).
+    pub storage_classes: crate::workload::claims::StorageClasses,
 }
 
 impl Default for NodeFacts {
@@ -89,6 +91,7 @@ impl Default for NodeFacts {
             podunit_bin: Paths::PODUNIT_BIN.to_string(),
             labels: crate::manifest::admission::host_node_labels("localhost", &Default::default()),
             service_env: false,
+            storage_classes: Default::default(),
         }
     }
 }
@@ -225,7 +228,9 @@ pub fn translate(
         pod_unit_file(&p, &containers).map_err(|f| vec![fault(f)])?,
     ));
     // A Job's pods start when its controller (podunit-sync) says, not with the node.
+    // So do an OrderedReady StatefulSet's, each once the ones before it are Ready.
     match &entry.job {
+        None if entry.ordered().is_some() => {}
         None => outputs.push(Output::Symlink {
             link: concat(&[naming::TARGET, ".wants/", &p.pod_unit]),
             target: concat(&["../", &p.pod_unit]),
@@ -308,6 +313,7 @@ fn volume_plans(p: &PodInput<'_>, errors: &mut Vec<Problem>) -> Vec<plan::Volume
         match volumes::plan(
             pod,
             p.node,
+            &p.entry.claims,
             v,
             &owner,
             &crate::common::text::item(&["spec.volumes"], i),
@@ -392,9 +398,10 @@ fn name_warnings(
         let node_name = "ignored: on the host network the containers' hostname is the node's \
                          (`network: cni` gives each pod its own)";
         // An Indexed Job's controller names its pods' hosts; that is no one's request to warn of.
+        // So does a StatefulSet's.
         let by_controller = p.entry.job.as_ref().is_some_and(|j| {
             j.indexed && spec.hostname.as_deref() == Some(&format!("{}-{}", j.name, j.index))
-        });
+        }) || set_by_stateful_set(p);
         if spec.hostname.is_some() && !by_controller {
             out.push(("spec.hostname", node_name));
         }
@@ -407,7 +414,7 @@ fn name_warnings(
         let hosts = "not applied to containers on the host's root: they keep the node's \
                      /etc/hosts (`network: cni` gives them the pod's)";
         // The kubelet ignores a subdomain on the host network.
-        if spec.subdomain.is_some() && spec.host_network != Some(true) {
+        if spec.subdomain.is_some() && spec.host_network != Some(true) && !set_by_stateful_set(p) {
             out.push(("spec.subdomain", hosts));
         }
         if spec.host_aliases.as_ref().is_some_and(|a| !a.is_empty()) {
@@ -485,6 +492,26 @@ fn pod_unit_section(u: &mut unit::Section, p: &PodInput<'_>, containers: &[conta
     if let Some(job) = &p.entry.job {
         u.add("X-PodunitJob", Value::Plain(job.to_line()));
     }
+    if let Some(o) = p.entry.ordered() {
+        u.add("X-PodunitOrderedReady", Value::Plain(o.to_line()));
+    }
+    // The workload a local pod is one of, for `podunit status` (a cluster's are the cluster's).
+    if p.entry.source.is_static()
+        && let Some((kind, owner)) = crate::workload::replicas::workload_of(&p.entry.pod)
+    {
+        u.add(
+            "X-PodunitWorkload",
+            Value::Plain(concat(&[kind, "/", &owner])),
+        );
+    }
+}
+
+/// Whether the pod's hostname and subdomain are its StatefulSet's doing (its name, the set's
+/// `serviceName`), not a request of the manifest's author.
+fn set_by_stateful_set(p: &PodInput<'_>) -> bool {
+    let pod = &p.entry.pod;
+    crate::workload::replicas::controller_of(pod).is_some_and(|(kind, _)| kind == "StatefulSet")
+        && p.spec.hostname.as_deref() == pod.metadata.name.as_deref()
 }
 
 /// The pod unit's [Service]: pod-prepare and pod-cleanup, and the namespaces its containers join.

@@ -203,6 +203,14 @@ pub enum VolumeKind {
         #[serde(default, skip_serializing_if = "String::is_empty")]
         host_type: String,
     },
+    /// A PersistentVolumeClaim's directory: a bound volume's path, checked as its `host_type`
+    /// says, or a provisioned directory made on first use (`host_type` "Provisioned").
+    Claim {
+        claim: String,
+        host_type: String,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        read_only: bool,
+    },
     /// Files written fresh at each pod start (configMap, secret, downwardAPI, projected).
     Files {
         sources: Vec<FileSource>,

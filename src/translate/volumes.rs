@@ -21,6 +21,7 @@ pub const SUPPORTED: &[&str] = &[
     "secret",
     "downwardAPI",
     "projected",
+    "persistentVolumeClaim",
 ];
 
 /// The volume sources `v` sets, by their API names, in the API's (alphabetical) order.
@@ -140,6 +141,7 @@ pub struct Ownership {
 pub fn plan(
     pod: &Pod,
     node: &NodeFacts,
+    claims: &crate::manifest::Claims,
     v: &Volume,
     owner: &Ownership,
     path: &str,
@@ -172,6 +174,34 @@ pub fn plan(
                 host_type: h.type_.clone().unwrap_or_default(),
             },
         )
+    } else if let Some(c) = &v.persistent_volume_claim {
+        let at = || format!("{path}.persistentVolumeClaim.claimName");
+        match claims.get(&c.claim_name) {
+            None => {
+                return Err(Fault::new(
+                    at(),
+                    format!(
+                        "persistentvolumeclaim {:?} not found (no PersistentVolumeClaim of this \
+                         name in the pod's namespace in the manifest directories)",
+                        c.claim_name
+                    ),
+                ));
+            }
+            Some(Err(why)) => {
+                return Err(Fault::new(
+                    at(),
+                    format!("persistentvolumeclaim {:?} {why}", c.claim_name),
+                ));
+            }
+            Some(Ok(b)) => (
+                b.path.clone(),
+                VolumeKind::Claim {
+                    claim: c.claim_name.clone(),
+                    host_type: b.host_type.clone(),
+                    read_only: c.read_only == Some(true),
+                },
+            ),
+        }
     } else if let Some(c) = &v.config_map {
         let src = object(false, &c.name, &c.items, c.optional);
         (
@@ -368,14 +398,13 @@ pub fn mounts(ctr: &Container) -> impl Iterator<Item = (usize, &VolumeMount)> {
 }
 
 /// The bind entries of a container.
-pub fn binds(ctr: &Container, plans: &[VolumePlan], path: &str) -> Result<Vec<Bind>, Fault> {
+pub fn binds(ctr: &Container, plans: &[VolumePlan]) -> Vec<Bind> {
     let mut out = Vec::new();
-    for (i, m) in mounts(ctr) {
+    for (_, m) in mounts(ctr) {
+        // Validation refused a mount of a volume the pod does not have; one without a plan is
+        // a volume whose own error is already said (a claim not bound, say).
         let Some(plan) = plans.iter().find(|p| p.name == m.name) else {
-            return Err(Fault::new(
-                format!("{path}.volumeMounts[{i}].name"),
-                format!("no volume named {:?}", m.name),
-            ));
+            continue;
         };
         let mut source = plan.path.clone();
         let sub = m.sub_path.as_deref().filter(|s| !s.is_empty());
@@ -383,7 +412,14 @@ pub fn binds(ctr: &Container, plans: &[VolumePlan], path: &str) -> Result<Vec<Bi
             source = concat(&[source.trim_end_matches('/'), "/", sp.trim_matches('/')]);
         }
         // The kubelet always mounts configMap, secret, downwardAPI and projected volumes read-only.
-        let always_ro = matches!(plan.kind, VolumeKind::Files { .. });
+        let always_ro = matches!(
+            plan.kind,
+            VolumeKind::Files { .. }
+                | VolumeKind::Claim {
+                    read_only: true,
+                    ..
+                }
+        );
         let mount = m.mount_path.trim_end_matches('/');
         out.push(Bind {
             source,
@@ -396,7 +432,7 @@ pub fn binds(ctr: &Container, plans: &[VolumePlan], path: &str) -> Result<Vec<Bi
             sub_path: sub.is_some(),
         });
     }
-    Ok(out)
+    out
 }
 
 #[cfg(test)]

@@ -259,6 +259,25 @@ pub fn controller_of(pod: &Pod) -> Option<(&str, &str)> {
         .map(|o| (o.kind.as_str(), o.name.as_str()))
 }
 
+/// The workload a pod stands for, as `kubectl get` lists it: (kind, name). A Deployment's pods
+/// are its ReplicaSet's (`<deployment>-<pod-template-hash>`), named after the Deployment here.
+pub fn workload_of(pod: &Pod) -> Option<(&'static str, String)> {
+    let (kind, name) = controller_of(pod)?;
+    match kind {
+        "ReplicaSet" => {
+            let hash = pod.metadata.labels.as_ref()?.get(POD_TEMPLATE_HASH);
+            let deployment = hash.and_then(|h| name.strip_suffix(h.as_str())?.strip_suffix('-'));
+            Some(match deployment {
+                Some(d) => ("Deployment", d.to_string()),
+                None => ("ReplicaSet", name.to_string()),
+            })
+        }
+        "DaemonSet" => Some(("DaemonSet", name.to_string())),
+        "StatefulSet" => Some(("StatefulSet", name.to_string())),
+        _ => None,
+    }
+}
+
 /// `SimpleNameGenerator`'s prefix: `<base>-`, cut to 58 characters.
 pub(super) fn generate_prefix(rs_name: &str) -> String {
     let base = format!("{rs_name}-");
