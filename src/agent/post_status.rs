@@ -191,6 +191,14 @@ impl Worker {
                         };
                     }
                     let mut st = api::build(&pod, &obs, &addrs, posted.as_ref(), now());
+                    // A pod on a network of its own has no address until CNI gave it one (the
+                    // node's would be a lie the cluster acts on: Services' endpoints).
+                    let own_network = self.cfg.cni_conf_dir.is_some()
+                        && pod.spec.as_ref().and_then(|s| s.host_network) != Some(true);
+                    if own_network && obs.pod_ips.is_empty() {
+                        st.pod_ip = None;
+                        st.pod_ips = None;
+                    }
                     for cs in st
                         .container_statuses
                         .iter_mut()
