@@ -342,6 +342,7 @@ fn start_timed(
         }),
         policy,
         labels: Default::default(),
+        taints: Vec::new(),
         paths,
         node_ip: Some("127.0.0.1".into()),
         runtime_version: "systemd://test".into(),

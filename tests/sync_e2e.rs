@@ -941,7 +941,44 @@ fn a_daemon_set_runs_on_the_nodes_it_selects() {
     wait_state(&m, &ctr_unit(NS, &ssd, "c"), &["active"]);
     assert_eq!(
         pods_named(&m, "everywhere-"),
-        [pod],
+        std::slice::from_ref(&pod),
         "the other DaemonSet's pod is kept"
+    );
+
+    // A taint on the node: the DaemonSets that do not tolerate it lose their pods, one that
+    // does gets its pod.
+    m.write(
+        "/etc/podunit/config.yaml",
+        b"nodeLabels: {disktype: ssd}\n\
+          registerWithTaints: [{key: dedicated, value: edge, effect: NoSchedule}]\n",
+    );
+    let tolerant = ds("tolerant", "kubernetes.io/os: linux").replace(
+        "      containers:",
+        "      tolerations: [{key: dedicated, operator: Equal, value: edge, effect: NoSchedule}]\n      containers:",
+    );
+    m.write(
+        "/etc/pods.d/agents.yaml",
+        format!(
+            "{}---\n{}---\n{tolerant}",
+            ds("everywhere", "kubernetes.io/os: linux"),
+            ds("ssd-only", "disktype: ssd")
+        )
+        .as_bytes(),
+    );
+    m.daemon_reload();
+    let tolerated = m.wait_for("tolerant's pod", SOON, || pods_named(&m, "tolerant-").pop());
+    wait_state(&m, &ctr_unit(NS, &tolerated, "c"), &["active"]);
+    for gone in [&pod, &ssd] {
+        wait_state(&m, &ctr_unit(NS, gone, "c"), &["inactive", "failed"]);
+    }
+    let check = m.sh("podunit check /etc/pods.d/agents.yaml");
+    let said = String::from_utf8_lossy(&check.stdout).to_string()
+        + &String::from_utf8_lossy(&check.stderr);
+    assert!(
+        said.contains(
+            "DaemonSet default/everywhere has no pod on this node: node(s) had untolerated \
+             taint {dedicated: edge}"
+        ),
+        "{said}"
     );
 }

@@ -22,6 +22,8 @@ pub struct AgentConfig {
     pub timing: ClusterTiming,
     pub policy: Policy,
     pub labels: BTreeMap<String, String>,
+    /// Taints the Node is registered with (`registerWithTaints`).
+    pub taints: Vec<k8s_openapi::api::core::v1::Taint>,
     pub paths: Paths,
     /// The node IP to report instead of the detected one.
     pub node_ip: Option<String>,

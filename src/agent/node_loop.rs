@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 /// Registers the Node (or adopts the existing one) and returns it.
 fn register(client: &Client, cfg: &AgentConfig, info: &node::HostInfo) -> Result<Node, ApiError> {
     let path = client::path::<Node>(None, None);
-    let want = node::node(&cfg.node_name, info, &cfg.labels, now());
+    let want = node::node(&cfg.node_name, info, &cfg.labels, &cfg.taints, now());
     match client.create::<_, Node>(&path, &want) {
         Ok(n) => {
             log(format!("registered node {}", cfg.node_name));

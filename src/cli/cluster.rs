@@ -107,6 +107,7 @@ pub fn prepare(paths: &Paths) -> Result<Option<ClusterAgent>, ExitCode> {
             timing: cfg.cluster.clone(),
             policy: cfg.effective_policy(),
             labels: cfg.node_labels.clone(),
+            taints: cfg.register_with_taints.clone(),
             paths: paths.clone(),
             node_ip: cfg.node_ip.clone(),
             runtime_version: systemd_version(),

@@ -25,6 +25,9 @@ pub struct Config {
     pub node_ip: Option<String>,
     /// Extra labels for the Node object (the standard ones are always set).
     pub node_labels: std::collections::BTreeMap<String, String>,
+    /// Taints the Node is registered with (KubeletConfiguration's `registerWithTaints`); here
+    /// too, a DaemonSet whose pods do not tolerate one has no pod on this node.
+    pub register_with_taints: Vec<k8s_openapi::api::core::v1::Taint>,
     /// Image references that mean the host root filesystem (besides `host`); also the policy's.
     pub host_images: Vec<String>,
     /// podunit-sync's local mode: watch /etc/pods.d and reload on changes (see watch.rs).
@@ -72,6 +75,7 @@ impl Default for Config {
             kubeconfig: Default::default(),
             node_ip: Default::default(),
             node_labels: Default::default(),
+            register_with_taints: Default::default(),
             host_images: Default::default(),
             watch_manifests: Default::default(),
             cluster: Default::default(),

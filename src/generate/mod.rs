@@ -235,6 +235,11 @@ fn generate_pod(
             &node.node_name,
             &node.labels,
         )
+        // The taints are the DaemonSet controller's to weigh: the cluster's did it for its own.
+        .and_then(|()| match entry.source.is_static() {
+            true => crate::manifest::admission::check_taints(&entry.pod, &node.taints),
+            false => Ok(()),
+        })
     {
         return (
             vec![
@@ -514,6 +519,11 @@ pub fn node_setup_with_policy(
     node.podunit_bin = podunit_bin(paths);
     node.service_env = config.kubeconfig.is_some();
     node.storage_classes = config.storage_classes();
+    node.taints = config
+        .register_with_taints
+        .iter()
+        .map(crate::manifest::admission::NodeTaint::of)
+        .collect();
     node.labels =
         crate::manifest::admission::host_node_labels(&node.node_name, &config.node_labels);
     let images = FsImages {

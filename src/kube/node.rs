@@ -219,6 +219,7 @@ pub fn node(
     name: &str,
     info: &HostInfo,
     extra_labels: &BTreeMap<String, String>,
+    taints: &[k8s_openapi::api::core::v1::Taint],
     now: Timestamp,
 ) -> Node {
     Node {
@@ -231,7 +232,11 @@ pub fn node(
             )])),
             ..Default::default()
         },
-        spec: Some(NodeSpec::default()),
+        // As the kubelet registers them: on an existing Node (a restart) they are left alone.
+        spec: Some(NodeSpec {
+            taints: (!taints.is_empty()).then(|| taints.to_vec()),
+            ..NodeSpec::default()
+        }),
         status: Some(status(info, None, now)),
     }
 }
@@ -417,7 +422,17 @@ mod tests {
             "edge-1",
             &info(),
             &BTreeMap::from([("zone".into(), "a".into())]),
+            &[k8s_openapi::api::core::v1::Taint {
+                key: "dedicated".into(),
+                value: Some("edge".into()),
+                effect: "NoSchedule".into(),
+                time_added: None,
+            }],
             Timestamp::from_second(1000).unwrap(),
+        );
+        assert_eq!(
+            serde_json::to_value(&n).unwrap()["spec"]["taints"],
+            serde_json::json!([{"key": "dedicated", "value": "edge", "effect": "NoSchedule"}])
         );
         let v = serde_json::to_value(&n).unwrap();
         assert_eq!(v["metadata"]["labels"]["kubernetes.io/hostname"], "edge-1");

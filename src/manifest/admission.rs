@@ -62,6 +62,60 @@ pub fn host_node_labels(
     node_labels(node_name, go_arch(std::env::consts::ARCH), extra)
 }
 
+/// A taint of this node (node config `registerWithTaints`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeTaint {
+    pub key: String,
+    pub value: String,
+    pub effect: String,
+}
+
+impl NodeTaint {
+    pub fn of(t: &k8s_openapi::api::core::v1::Taint) -> NodeTaint {
+        NodeTaint {
+            key: t.key.clone(),
+            value: t.value.clone().unwrap_or_default(),
+            effect: t.effect.clone(),
+        }
+    }
+}
+
+/// The DaemonSet controller's taint check (`TolerationsTolerateTaintsWithFilter` over the
+/// `NoSchedule` and `NoExecute` taints): the first taint the pod does not tolerate, in the
+/// scheduler's words (`node(s) had untolerated taint {key: value}`).
+pub fn check_taints(pod: &Pod, taints: &[NodeTaint]) -> Result<(), Rejection> {
+    let tolerations = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.tolerations.as_deref())
+        .unwrap_or_default();
+    let tolerates = |t: &NodeTaint| {
+        tolerations.iter().any(|tol| {
+            let effect = tol.effect.as_deref().unwrap_or("");
+            let key = tol.key.as_deref().unwrap_or("");
+            (effect.is_empty() || effect == t.effect)
+                && (key.is_empty() || key == t.key)
+                && match tol.operator.as_deref().unwrap_or("Equal") {
+                    "Exists" => true,
+                    "Equal" => key == t.key && tol.value.as_deref().unwrap_or("") == t.value,
+                    _ => false,
+                }
+        })
+    };
+    match taints
+        .iter()
+        .filter(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")
+        .find(|t| !tolerates(t))
+    {
+        None => Ok(()),
+        Some(t) => Err(Rejection {
+            reason: "TaintToleration",
+            message: format!("node(s) had untolerated taint {{{}: {}}}", t.key, t.value),
+            path: "spec.tolerations",
+        }),
+    }
+}
+
 /// The kubelet's NodeAffinity predicate: `nodeSelector`, then the required node affinity.
 pub fn check_node_affinity(
     pod: &Pod,
@@ -174,6 +228,43 @@ mod tests {
             );
             r.path
         })
+    }
+
+    #[test]
+    fn a_daemon_pod_must_tolerate_the_nodes_no_schedule_and_no_execute_taints() {
+        let taint = |key: &str, value: &str, effect: &str| NodeTaint {
+            key: key.into(),
+            value: value.into(),
+            effect: effect.into(),
+        };
+        let pod = |tolerations: &str| -> Pod {
+            serde_saphyr::from_str(&format!(
+                "metadata: {{name: p}}\nspec:\n  tolerations: {tolerations}\n  containers: []\n"
+            ))
+            .unwrap()
+        };
+        let taints = [
+            taint("dedicated", "edge", "NoSchedule"),
+            taint("soft", "", "PreferNoSchedule"),
+        ];
+        assert_eq!(
+            check_taints(&pod("[]"), &taints).unwrap_err().message,
+            "node(s) had untolerated taint {dedicated: edge}"
+        );
+        for ok in [
+            "[{key: dedicated, operator: Equal, value: edge, effect: NoSchedule}]",
+            "[{key: dedicated, value: edge}]",
+            "[{key: dedicated, operator: Exists}]",
+            "[{operator: Exists}]",
+        ] {
+            assert!(check_taints(&pod(ok), &taints).is_ok(), "{ok}");
+        }
+        for not in [
+            "[{key: dedicated, value: other}]",
+            "[{key: dedicated, operator: Exists, effect: NoExecute}]",
+        ] {
+            assert!(check_taints(&pod(not), &taints).is_err(), "{not}");
+        }
     }
 
     #[test]

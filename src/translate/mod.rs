@@ -73,6 +73,8 @@ pub struct NodeFacts {
     pub labels: std::collections::BTreeMap<String, String>,
     /// Cluster mode: containers get the Services' environment at start ([`service_env`]).
     pub service_env: bool,
+    /// The taints the node is registered with (`registerWithTaints`).
+    pub taints: Vec<crate::manifest::admission::NodeTaint>,
     /// The storage classes claims are provisioned by (node config `storageClasses`).
     pub storage_classes: crate::workload::claims::StorageClasses,
 }
@@ -91,6 +93,7 @@ impl Default for NodeFacts {
             podunit_bin: Paths::PODUNIT_BIN.to_string(),
             labels: crate::manifest::admission::host_node_labels("localhost", &Default::default()),
             service_env: false,
+            taints: Vec::new(),
             storage_classes: Default::default(),
         }
     }

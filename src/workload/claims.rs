@@ -259,9 +259,9 @@ pub fn bind<'a>(
     volumes: &'a BTreeMap<String, &'a PersistentVolume>,
     classes: &StorageClasses,
 ) -> Bindings {
+    // A volume whose claimRef names another claim is never given to this one (bind_one skips
+    // it), as the controller never does.
     let mut taken: BTreeSet<&'a str> = BTreeSet::new();
-    // Pre-bound volumes are held for their claims first, as the controller never gives a volume
-    // whose claimRef names another claim to anyone else.
     let mut out = Bindings::new();
     for ((ns, name), claim) in claims {
         let r = bind_one(ns, name, claim, volumes, classes, &mut taken)
