@@ -68,12 +68,12 @@ pub fn pod_status(
         obs.pod_ips = crate::podstart::network::recorded_ips(paths, &dir).unwrap_or_default();
     }
     if let Some(pod_unit) = &pod.pod_unit {
-        let gen_dir = paths.host(output::GENERATOR_DIR);
-        let planned = probes::plan_probes(&gen_dir, pod_unit);
-        if !planned.is_empty() {
-            let published = probes::Results::load(&paths.host(probes::RESULTS_FILE));
-            probes::overlay_observed(&mut obs, &planned, &published);
-        }
+        probes::overlay_planned(
+            &mut obs,
+            &paths.host(output::GENERATOR_DIR),
+            pod_unit,
+            &|| probes::Results::load(&paths.host(probes::RESULTS_FILE)),
+        );
     }
     let mut st = status::pod::pod_status(pod, obs, &units, source, terminating);
     // What pod-prepare found missing, while the pod unit is down because of it.

@@ -385,7 +385,12 @@ fn run_inner(args: &Args) -> Result<(), String> {
             statuses.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
             let unreadable = known.unreadable.iter().map(|u| format!("warning: {u}"));
             let mut notes = Vec::new();
-            let workloads = workloads_of(&paths, &pods, &statuses, now, &mut notes);
+            // `-o json` without --workloads is the pods alone.
+            let workloads = if args.workloads || args.output != Format::Json {
+                workloads_of(&paths, &pods, &statuses, now, &mut notes)
+            } else {
+                Vec::new()
+            };
             if args.workloads {
                 match args.output {
                     Format::Json => outln!(

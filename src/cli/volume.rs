@@ -2,6 +2,7 @@
 //! directories of claims whose documents are gone (Released), which only `rm` deletes.
 
 use crate::common::paths::Paths;
+use crate::common::storage_classes::claim_dir;
 use crate::manifest::Catalog;
 use crate::workload::claims::{Bindings, StorageClasses};
 use std::collections::{BTreeMap, BTreeSet};
@@ -178,10 +179,7 @@ pub fn rows(
             capacity: String::new(),
             access_modes: Vec::new(),
             volume: None,
-            path: format!(
-                "{}/{ns}/{name}",
-                classes.classes[class].trim_end_matches('/')
-            ),
+            path: claim_dir(&classes.classes[class], ns, name),
             pods: Vec::new(),
             enforced: false,
             reason: None,
@@ -291,7 +289,7 @@ fn rm(
     }
     let mut removed = false;
     for dir in classes.classes.values() {
-        let shown = format!("{}/{ns}/{name}", dir.trim_end_matches('/'));
+        let shown = claim_dir(dir, ns, name);
         let path = paths.host(&shown);
         match std::fs::symlink_metadata(&path) {
             Ok(m) if m.is_dir() => {

@@ -17,6 +17,11 @@ pub const DEFAULT_CLASS: &str = "local-path";
 /// Where [`DEFAULT_CLASS`]'s claims live.
 pub const DEFAULT_CLASS_DIR: &str = "/var/lib/podunit/volumes";
 
+/// The directory podunit provisions for claim `namespace/name` in a class's directory `dir`.
+pub fn claim_dir(dir: &str, namespace: &str, name: &str) -> String {
+    format!("{}/{namespace}/{name}", dir.trim_end_matches('/'))
+}
+
 impl Default for StorageClasses {
     fn default() -> Self {
         StorageClasses {

@@ -236,9 +236,12 @@ fn generate_pod(
             &node.labels,
         )
         // The taints are the DaemonSet controller's to weigh: the cluster's did it for its own.
-        .and_then(|()| match entry.source.is_static() {
-            true => crate::manifest::admission::check_taints(&entry.pod, &node.taints),
-            false => Ok(()),
+        .and_then(|()| {
+            if entry.source.is_static() {
+                crate::manifest::admission::check_taints(&entry.pod, &node.taints)
+            } else {
+                Ok(())
+            }
         })
     {
         return (

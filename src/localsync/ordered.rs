@@ -27,7 +27,6 @@ impl Syncer {
         if sets.is_empty() {
             return Ok(false);
         }
-        let results = Results::load(&self.opts.paths.host(probes::RESULTS_FILE));
         let mut coming_up = false;
         for (set, mut pods) in sets {
             pods.sort_by_key(|(ordinal, _)| *ordinal);
@@ -35,7 +34,7 @@ impl Syncer {
                 let Some(unit) = pod.pod_unit.as_deref() else {
                     break;
                 };
-                let (up, ready) = self.up_and_ready(pod, &results)?;
+                let (up, ready) = self.up_and_ready(pod)?;
                 if !up {
                     log(&format!(
                         "statefulset {set}: starting pod {} (ordinal {ordinal})",
@@ -61,15 +60,17 @@ impl Syncer {
 
     /// Whether the pod's unit is up, and whether the pod is Running and Ready (its probes'
     /// published results overlaid, as `podunit status` shows it).
-    fn up_and_ready(&self, pod: &GeneratedPod, results: &Results) -> Result<(bool, bool), Error> {
+    fn up_and_ready(&self, pod: &GeneratedPod) -> Result<(bool, bool), Error> {
         let (units, up) = self.unit_states(pod)?;
         if !up {
             return Ok((false, false));
         }
         let mut obs = crate::status::pod::observe(pod, &units);
         if let Some(unit) = &pod.pod_unit {
-            let planned = probes::plan_probes(&self.opts.generator_dir, unit);
-            probes::overlay_observed(&mut obs, &planned, results);
+            let published = self.opts.paths.host(probes::RESULTS_FILE);
+            probes::overlay_planned(&mut obs, &self.opts.generator_dir, unit, &|| {
+                Results::load(&published)
+            });
         }
         Ok((true, obs.phase == Phase::Running && obs.all_ready()))
     }

@@ -145,16 +145,25 @@ pub fn check_node_affinity(
                 .as_ref()
         });
     if let Some(r) = required
-        && !r
-            .node_selector_terms
-            .iter()
-            .any(|t| term_matches(t, node_name, labels))
+        && !selector_matches(r, node_name, labels)
     {
         return Err(reject(
             "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution",
         ));
     }
     Ok(())
+}
+
+/// Whether a required node selector (a pod's required node affinity, a PersistentVolume's node
+/// affinity) selects this node.
+pub fn selector_matches(
+    s: &k8s_openapi::api::core::v1::NodeSelector,
+    node_name: &str,
+    labels: &BTreeMap<String, String>,
+) -> bool {
+    s.node_selector_terms
+        .iter()
+        .any(|t| term_matches(t, node_name, labels))
 }
 
 /// Terms are ORed, their requirements ANDed; a term without requirements matches no node.

@@ -358,30 +358,11 @@ fn volume_selects_node(
     node_name: &str,
     labels: &BTreeMap<String, String>,
 ) -> bool {
-    use k8s_openapi::api::core::v1::{Affinity, NodeAffinity, PodSpec};
-    let Some(required) = v
-        .spec
+    v.spec
         .as_ref()
         .and_then(|s| s.node_affinity.as_ref())
-        .and_then(|a| a.required.clone())
-    else {
-        return true;
-    };
-    // The same matching as a pod's required node affinity: one rule for both.
-    let probe = Pod {
-        spec: Some(PodSpec {
-            affinity: Some(Affinity {
-                node_affinity: Some(NodeAffinity {
-                    required_during_scheduling_ignored_during_execution: Some(required),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-    admission::check_node_affinity(&probe, node_name, labels).is_ok()
+        .and_then(|a| a.required.as_ref())
+        .is_none_or(|r| admission::selector_matches(r, node_name, labels))
 }
 
 impl PodEntry {

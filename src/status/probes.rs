@@ -98,6 +98,21 @@ pub fn overlay_observed(obs: &mut Observed, probes: &[ContainerProbes], results:
     }
 }
 
+/// Overlays on `obs` the published results of the probes `pod_unit`'s plan lists (in
+/// `generator_dir`), as every local view of a pod (`podunit status`, the StatefulSet
+/// controller) must; `results` is read only when the pod has probes.
+pub fn overlay_planned(
+    obs: &mut Observed,
+    generator_dir: &Path,
+    pod_unit: &str,
+    results: &dyn Fn() -> Results,
+) {
+    let planned = plan_probes(generator_dir, pod_unit);
+    if !planned.is_empty() {
+        overlay_observed(obs, &planned, &results());
+    }
+}
+
 /// The probes of a pod as its plan lists them (the generator wrote it next to the units).
 pub fn plan_probes(generator_dir: &Path, pod_unit: &str) -> Vec<ContainerProbes> {
     let path = generator_dir

@@ -340,7 +340,7 @@ fn bind_one<'a>(
     }
     match classes.classes.get(&class) {
         Some(dir) if spec.selector.is_none() => Ok(Bound {
-            path: format!("{}/{ns}/{name}", dir.trim_end_matches('/')),
+            path: crate::common::storage_classes::claim_dir(dir, ns, name),
             host_type: PROVISIONED.into(),
             volume: None,
             class,
