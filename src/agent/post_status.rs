@@ -191,14 +191,7 @@ impl Worker {
                         };
                     }
                     let mut st = api::build(&pod, &obs, &addrs, posted.as_ref(), now());
-                    // A pod on a network of its own has no address until CNI gave it one (the
-                    // node's would be a lie the cluster acts on: Services' endpoints).
-                    let own_network = self.cfg.cni_conf_dir.is_some()
-                        && pod.spec.as_ref().and_then(|s| s.host_network) != Some(true);
-                    if own_network && obs.pod_ips.is_empty() {
-                        st.pod_ip = None;
-                        st.pod_ips = None;
-                    }
+                    self.no_address_yet(&pod, &obs, &mut st);
                     for cs in st
                         .container_statuses
                         .iter_mut()
@@ -230,6 +223,7 @@ impl Worker {
                     obs.pod_ips = recorded_pod_ips(&self.cfg.paths, &pod);
                     crate::agent::probes::overlay_api_pod(&pod, &mut obs, &self.probes.results);
                     let mut st = api::build(&pod, &obs, &addrs, posted.as_ref(), now());
+                    self.no_address_yet(&pod, &obs, &mut st);
                     // The digest each image resolved to, as containerd reports it.
                     if let Some(rec) = self.pods.get(&k) {
                         for cs in st
@@ -281,6 +275,23 @@ impl Worker {
         }
         let obj = crate::kube::events::Involved::pod(pod);
         self.post_event(&obj, "Warning", &note.reason, &note.message);
+    }
+
+    /// A pod on a network of its own has no address until CNI gave it one: the node's, which
+    /// `api::build` falls back to for host-network pods, would be a lie the cluster acts on
+    /// (Services' endpoints).
+    fn no_address_yet(
+        &self,
+        pod: &k8s_openapi::api::core::v1::Pod,
+        obs: &crate::status::model::Observed,
+        st: &mut k8s_openapi::api::core::v1::PodStatus,
+    ) {
+        let own_network = self.cfg.cni_conf_dir.is_some()
+            && pod.spec.as_ref().and_then(|s| s.host_network) != Some(true);
+        if own_network && obs.pod_ips.is_empty() {
+            st.pod_ip = None;
+            st.pod_ips = None;
+        }
     }
 }
 
